@@ -1,0 +1,44 @@
+"""The first cell of every notebook: seed everything, pick the Triton mode, set plotly's renderer.
+
+Usage (first code cell)::
+
+    import os
+    FAST = "CI" in os.environ          # CI shrinks trial counts
+    from specdec_lesson.notebook import setup
+    gen = setup(seed=0)                 # a torch.Generator to pass explicitly to every sampler
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+import torch
+
+__all__ = ["setup"]
+
+
+def setup(seed: int = 0, *, threads: int | None = None) -> torch.Generator:
+    """Seed python/numpy/torch once, set ``TRITON_INTERPRET=1`` when there is no CUDA (must
+    happen before triton is imported), use plotly's ``plotly_mimetype`` renderer (plain JSON
+    outputs, no random ids), and return a seeded ``torch.Generator``."""
+    if not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy as np
+
+        np.random.seed(seed)
+    except ImportError:  # pragma: no cover - numpy is a dependency
+        pass
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        import plotly.io as pio
+
+        pio.renderers.default = "plotly_mimetype"
+    except ImportError:  # pragma: no cover - plotly is a course dependency
+        pass
+    gen = torch.Generator().manual_seed(seed)
+    return gen

@@ -1,0 +1,89 @@
+"""From logits to the probability law a token is actually sampled from.
+
+Speculative sampling is exact only if the draft law q and the target law p are the
+laws the tokens are really drawn from, after *the same* temperature / top-k / top-p
+processing (DESIGN.md pitfall 2).  Both models therefore go through this one function.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+__all__ = ["logits_to_probs", "sample_from_probs", "check_sampling_args", "is_greedy"]
+
+
+def check_sampling_args(temperature: float, top_k: int | None, top_p: float | None) -> None:
+    """Raise ValueError naming the first bad sampling argument."""
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
+        raise ValueError(f"temperature must be a number >= 0, got {temperature!r}")
+    if not math.isfinite(temperature) or temperature < 0:
+        raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
+    if top_k is not None:
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+            raise ValueError(f"top_k must be None or an integer >= 1, got {top_k!r}")
+    if top_p is not None:
+        if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not (0.0 < top_p <= 1.0):
+            raise ValueError(f"top_p must be None or a number in (0, 1], got {top_p!r}")
+
+
+def is_greedy(temperature: float) -> bool:
+    return temperature == 0
+
+
+def logits_to_probs(
+    logits: torch.Tensor,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    *,
+    validate: bool = True,
+) -> torch.Tensor:
+    """Turn logits ``[..., V]`` into the sampling law ``[..., V]`` over the full vocabulary.
+
+    Order of processing (the same as Hugging Face): temperature, then top-k, then top-p.
+
+    * ``temperature == 0`` is greedy decoding: a one-hot law on the argmax, ties broken
+      by the lowest token id.  top-k / top-p do not change an argmax and are ignored.
+    * ``top_k``: keep the tokens whose scaled logit is >= the k-th largest (ties at the
+      boundary are all kept, so the rule does not depend on sort order).
+    * ``top_p``: sort the (top-k filtered) law descending with a stable sort and keep a
+      token while the mass strictly before it is < top_p (the smallest prefix whose mass
+      reaches top_p; the most likely token is always kept).
+
+    ``validate=False`` skips the finiteness check (one host sync) for hot loops whose
+    inputs come from a model that was already checked.
+    """
+    check_sampling_args(temperature, top_k, top_p)
+    if not torch.is_floating_point(logits):
+        raise ValueError(f"logits must be a floating-point tensor, got dtype {logits.dtype}")
+    if logits.dim() < 1 or logits.shape[-1] < 1:
+        raise ValueError(f"logits must have a non-empty last (vocabulary) dimension, got {tuple(logits.shape)}")
+    if validate and not bool(torch.isfinite(logits).all()):
+        raise ValueError("logits contain NaN or infinite values")
+    vocab = logits.shape[-1]
+    if temperature == 0:
+        idx = logits.argmax(dim=-1, keepdim=True)  # [..., 1] first maximum = lowest id
+        return torch.zeros_like(logits).scatter_(-1, idx, 1.0)  # [..., V]
+    scaled = logits / temperature  # [..., V]
+    if top_k is not None and top_k < vocab:
+        kth = torch.topk(scaled, top_k, dim=-1).values[..., -1:]  # [..., 1]
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    probs = torch.softmax(scaled, dim=-1)  # [..., V]
+    if top_p is not None and top_p < 1.0:
+        sorted_p, order = torch.sort(probs, dim=-1, descending=True, stable=True)  # [..., V]
+        mass_before = sorted_p.cumsum(dim=-1) - sorted_p  # [..., V]
+        keep_sorted = mass_before < top_p
+        keep_sorted[..., 0] = True
+        keep = torch.zeros_like(keep_sorted).scatter_(-1, order, keep_sorted)  # [..., V]
+        probs = torch.where(keep, probs, torch.zeros_like(probs))
+        probs = probs / probs.sum(dim=-1, keepdim=True)
+    return probs
+
+
+def sample_from_probs(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Draw one token per row from ``probs [..., V]``; returns ``[...]`` (int64), no host sync."""
+    flat = probs.reshape(-1, probs.shape[-1])  # [N, V]
+    tok = torch.multinomial(flat, 1, generator=generator)  # [N, 1]
+    return tok.reshape(probs.shape[:-1])
