@@ -11,7 +11,7 @@ import math
 
 import torch
 
-__all__ = ["logits_to_probs", "sample_from_probs", "check_sampling_args", "is_greedy"]
+__all__ = ["logits_to_probs", "sample_from_probs", "check_sampling_args", "is_greedy", "SamplingConfig", "as_float"]
 
 
 def check_sampling_args(temperature: float, top_k: int | None, top_p: float | None) -> None:
@@ -26,6 +26,11 @@ def check_sampling_args(temperature: float, top_k: int | None, top_p: float | No
     if top_p is not None:
         if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not (0.0 < top_p <= 1.0):
             raise ValueError(f"top_p must be None or a number in (0, 1], got {top_p!r}")
+
+
+def as_float(logits: torch.Tensor) -> torch.Tensor:
+    """fp16/bf16 logits -> fp32 before softmax; fp32/fp64 unchanged."""
+    return logits if logits.dtype in (torch.float32, torch.float64) else logits.float()
 
 
 def is_greedy(temperature: float) -> bool:
@@ -87,3 +92,24 @@ def sample_from_probs(probs: torch.Tensor, generator: torch.Generator | None = N
     flat = probs.reshape(-1, probs.shape[-1])  # [N, V]
     tok = torch.multinomial(flat, 1, generator=generator)  # [N, 1]
     return tok.reshape(probs.shape[:-1])
+
+
+class SamplingConfig:
+    """One run's sampling settings, applied identically to draft and target logits."""
+
+    __slots__ = ("temperature", "top_k", "top_p")
+
+    def __init__(self, temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None) -> None:
+        check_sampling_args(temperature, top_k, top_p)
+        self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def probs(self, logits: torch.Tensor) -> torch.Tensor:
+        """``logits [..., V]`` -> the sampling law ``[..., V]`` (no host sync)."""
+        return logits_to_probs(logits, self.temperature, self.top_k, self.top_p, validate=False)
+
+    def __repr__(self) -> str:
+        return f"SamplingConfig(temperature={self.temperature}, top_k={self.top_k}, top_p={self.top_p})"

@@ -9,7 +9,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["SpecStats", "tv_distance", "empirical_law", "chi_square_test", "chi2_sf"]
+__all__ = [
+    "SpecStats", "tv_distance", "empirical_law", "chi_square_test", "chi2_sf", "chi2_isf", "noncentral_chi2_sf",
+    "chi_square_power", "noncentrality", "min_noncentrality",
+]
 
 
 @dataclass
@@ -50,16 +53,20 @@ class SpecStats:
     def time_total(self) -> float:
         return self.time_prefill + self.time_draft + self.time_verify + self.time_other
 
-    def record(self, num_accepted: torch.Tensor, emitted: torch.Tensor, active: torch.Tensor) -> None:
-        """Add one step: ``num_accepted [B]``, tokens ``emitted [B]`` (after EOS / length cuts),
-        ``active [B]`` rows that took part.  One host transfer for all three."""
-        stacked = torch.stack([num_accepted.long(), emitted.long(), active.long()]).cpu()  # [3, B]
-        for n, e, a in zip(*stacked.tolist()):
+    def record(self, num_accepted, emitted, active, k_step: int | None = None) -> None:
+        """Add one step: per row ``num_accepted``, tokens ``emitted`` (after EOS / length cuts)
+        and whether the row was ``active``; host lists, or tensors (one transfer for all three).
+        ``k_step`` is the number of drafts proposed per row in this step (default ``k``)."""
+        if isinstance(num_accepted, torch.Tensor):
+            stacked = torch.stack([num_accepted.long(), emitted.long(), active.long()]).cpu()  # [3, B]
+            num_accepted, emitted, active = stacked.tolist()
+        k_step = self.k if k_step is None else k_step
+        for n, e, a in zip(num_accepted, emitted, active):
             if not a:
                 continue
             self.accept_hist[n] += 1
             self.accepted += n
-            self.proposed += self.k
+            self.proposed += k_step
             self.emitted += e
             self.row_steps += 1
 
@@ -162,3 +169,48 @@ def chi_square_test(counts: Mapping, expected_law: Mapping, min_expected: float 
     stat = sum((o - e) ** 2 / e for o, e in cells)
     dof = len(cells) - 1
     return stat, dof, chi2_sf(stat, dof)
+
+
+def chi2_isf(level: float, dof: int) -> float:
+    """Critical value x with P(chi2_dof >= x) = level (bisection on :func:`chi2_sf`)."""
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must lie in (0, 1), got {level!r}")
+    lo, hi = 0.0, float(dof) + 10.0
+    while chi2_sf(hi, dof) > level:
+        hi *= 2
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if chi2_sf(mid, dof) > level else (lo, mid)
+    return hi
+
+
+def noncentral_chi2_sf(x: float, dof: int, noncentrality: float) -> float:
+    """P(X >= x) for a non-central chi-square: a Poisson(lambda/2) mixture of central ones."""
+    if noncentrality < 0:
+        raise ValueError(f"noncentrality must be >= 0, got {noncentrality!r}")
+    half = noncentrality / 2.0
+    centre = int(half)
+    total, weight_sum = 0.0, 0.0
+    for j in range(max(0, centre - 60 - int(10 * half**0.5)), centre + 60 + int(10 * half**0.5)):
+        w = math.exp(-half + j * math.log(half) - math.lgamma(j + 1)) if half > 0 else float(j == 0)
+        total += w * chi2_sf(x, dof + 2 * j)
+        weight_sum += w
+    return min(1.0, total / weight_sum) if weight_sum else 0.0
+
+
+def chi_square_power(n: int, dof: int, noncentrality: float, level: float = 1e-3) -> float:
+    """Power of the Pearson test (reject when p-value < ``level``) against an alternative with
+    ``noncentrality`` lambda = n * sum_cells (r - p)^2 / p (large-sample approximation)."""
+    return noncentral_chi2_sf(chi2_isf(level, dof), dof, noncentrality)
+
+
+def noncentrality(expected_law: Mapping, alt_law: Mapping, n: int) -> float:
+    """lambda = n * sum (r - p)^2 / p over the outcomes of ``expected_law`` (p) with p > 0."""
+    return n * sum((float(alt_law.get(k, 0)) - float(pk)) ** 2 / float(pk) for k, pk in expected_law.items() if float(pk) > 0)
+
+
+def min_noncentrality(n: int, tv: float) -> float:
+    """The smallest lambda of ANY alternative at total variation ``tv`` from the null:
+    by Cauchy-Schwarz (sum |d|)^2 <= (sum d^2 / p)(sum p), so sum d^2 / p >= (2 tv)^2 and
+    lambda >= 4 n tv^2.  Power against lambda_min is a guaranteed floor for that TV."""
+    return 4.0 * n * tv * tv

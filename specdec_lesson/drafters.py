@@ -1,0 +1,140 @@
+"""Draft sources behind one interface: a draft model, and prompt lookup (n-gram).
+
+The engine talks to a drafter through three calls per generation:
+
+* ``begin(prompt_ids [B, L], prompt_mask [B, L], target_hidden)`` once, after the target's prefill;
+* ``propose(k, sampling, generator) -> (draft_tokens [B, K'], draft_probs [B, K', V] or None)``
+  each step (K' <= k; ``None`` means a deterministic drafter whose law is one-hot);
+* ``commit(num_accepted [B], next_token [B], target_hidden)`` after verification: row b
+  committed its first ``num_accepted[b]`` drafts and then ``next_token[b]``.
+
+Exactness needs ``draft_probs`` to be the law each token was actually drawn from, after the
+same temperature / top-k / top-p as the target (DESIGN.md pitfalls 1 and 2): the model
+drafter samples from exactly the ``sampling.probs`` it returns.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .kvcache import SlotCache
+from .sampling import SamplingConfig, as_float, sample_from_probs
+
+__all__ = ["Drafter", "ModelDrafter", "PromptLookupDrafter"]
+
+
+class Drafter:
+    """Base class of draft sources (see the module docstring for the protocol)."""
+
+    needs_target_hidden: bool = False
+    forwards: int = 0  # draft model forwards so far (0 for model-free drafters)
+
+    def begin(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, target_hidden: torch.Tensor | None) -> None:
+        raise NotImplementedError  # pragma: no cover - interface
+
+    def propose(self, k: int, sampling: SamplingConfig, generator: torch.Generator | None):
+        raise NotImplementedError  # pragma: no cover - interface
+
+    def commit(self, num_accepted: torch.Tensor, next_token: torch.Tensor, target_hidden: torch.Tensor | None) -> None:
+        raise NotImplementedError  # pragma: no cover - interface
+
+
+class ModelDrafter(Drafter):
+    """A small causal LM drafting autoregressively with its own KV cache.
+
+    After a step in which row b accepted n of K drafts, the draft cache keeps the n drafts it
+    had fed (at most K-1: the K-th draft was sampled but never fed), and the tokens it has not
+    seen become the row's *pending* block: ``[next]``, or ``[d_K, bonus]`` when all K passed,
+    so the bonus token's KV entry is never missing (pitfall 3).  Rows with one pending token
+    get a hole on the left.
+    """
+
+    def __init__(self, model: torch.nn.Module, *, paged: bool = False) -> None:
+        self.model = model
+        self.paged = paged
+        self.forwards = 0
+
+    def begin(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, target_hidden: torch.Tensor | None) -> None:
+        B, L = prompt_ids.shape
+        self.state = SlotCache(self.model, B, prompt_ids.device, paged=self.paged)
+        holes = not bool(prompt_mask.all())
+        if L > 1:
+            self.state.forward(prompt_ids[:, :-1], prompt_mask[:, :-1], has_holes=holes)
+            self.forwards += 1
+        self.pending = prompt_ids[:, -1:]  # [B, 1]
+        self.pending_valid = torch.ones_like(self.pending, dtype=torch.bool)
+        self.pending_holes = False
+
+    @torch.inference_mode()
+    def propose(self, k: int, sampling: SamplingConfig, generator: torch.Generator | None):
+        tokens, probs = [], []
+        inp, valid, holes = self.pending, self.pending_valid, self.pending_holes
+        self.mark = None
+        for j in range(k):
+            logits, _ = self.state.forward(inp, valid, has_holes=holes)
+            self.forwards += 1
+            if j == 0:
+                self.mark = self.state.num_slots  # slots after the pending block hold d_1..d_{K-1}
+            q = sampling.probs(as_float(logits[:, -1]))  # [B, V]
+            tok = q.argmax(-1) if sampling.greedy else sample_from_probs(q, generator)  # [B]
+            tokens.append(tok)
+            probs.append(q)
+            inp, valid, holes = tok[:, None], None, False
+        self.last_tokens = torch.stack(tokens, 1)  # [B, K]
+        return self.last_tokens, torch.stack(probs, 1)  # [B, K], [B, K, V]
+
+    def commit(self, num_accepted: torch.Tensor, next_token: torch.Tensor, target_hidden: torch.Tensor | None) -> None:
+        k = self.last_tokens.shape[1]
+        n = num_accepted.tolist()
+        self.state.rollback(self.mark, [min(x, k - 1) for x in n])
+        full = [x == k for x in n]
+        B = len(n)
+        if any(full):
+            rows = torch.arange(B, device=next_token.device)
+            first = self.last_tokens[rows, k - 1]  # [B] d_K (used only where all K passed)
+            self.pending = torch.stack([first, next_token], 1)  # [B, 2]
+            self.pending_valid = torch.tensor([[f, True] for f in full], device=next_token.device)
+            self.pending_holes = not all(full)
+        else:
+            self.pending = next_token[:, None]  # [B, 1]
+            self.pending_valid = torch.ones_like(self.pending, dtype=torch.bool)
+            self.pending_holes = False
+
+
+class PromptLookupDrafter(Drafter):
+    """Prompt lookup decoding: find the latest earlier occurrence of the last n tokens
+    (n from ``max_ngram`` down to ``min_ngram``) and propose the tokens that followed it.
+
+    The proposal is a deterministic function of the history, so its law is one-hot and
+    verification stays exact.  K' is the longest match over the rows (0 = no proposal);
+    shorter rows are padded with their last token (still a deterministic proposal).
+    """
+
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1) -> None:
+        if not 1 <= min_ngram <= max_ngram:
+            raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
+        self.max_ngram, self.min_ngram = max_ngram, min_ngram
+
+    def begin(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, target_hidden: torch.Tensor | None) -> None:
+        self.device = prompt_ids.device
+        self.history = [[t for t, m in zip(row, mrow) if m] for row, mrow in zip(prompt_ids.tolist(), prompt_mask.tolist())]
+
+    def _lookup(self, hist: list[int], k: int) -> list[int]:
+        for n in range(min(self.max_ngram, len(hist) - 1), self.min_ngram - 1, -1):
+            tail = hist[-n:]
+            for start in range(len(hist) - n - 1, -1, -1):
+                if hist[start:start + n] == tail:
+                    return hist[start + n:start + n + k]
+        return []
+
+    def propose(self, k: int, sampling: SamplingConfig, generator: torch.Generator | None):
+        found = [self._lookup(h, k) for h in self.history]
+        width = max(len(f) for f in found)
+        rows = [f + [f[-1] if f else h[-1]] * (width - len(f)) for f, h in zip(found, self.history)]
+        self.last = rows
+        return torch.tensor(rows, dtype=torch.long, device=self.device).reshape(len(rows), width), None
+
+    def commit(self, num_accepted: torch.Tensor, next_token: torch.Tensor, target_hidden: torch.Tensor | None) -> None:
+        for h, prop, n, t in zip(self.history, self.last, num_accepted.tolist(), next_token.tolist()):
+            h.extend(prop[:n])
+            h.append(t)

@@ -1,0 +1,261 @@
+"""The autoregressive baseline and the speculative decoder (chain), with KV caches.
+
+One speculative step, for every row of the batch at once:
+
+1. the drafter proposes K tokens ``d_1..d_K`` and their laws q;
+2. ONE target forward over ``[pending, d_1..d_K]`` (K+1 positions) gives p;
+3. ``verify_chain`` accepts a prefix of n drafts and draws the next token (residual or bonus);
+4. both caches roll back to the accepted prefix (per row: ragged batches keep holes that the
+   attention mask hides), and ``next`` becomes the new pending token.
+
+``pending`` is the last committed token whose KV entry is not in the target cache yet, so
+every target forward both writes the KV of what was committed and scores what was drafted.
+One host transfer per step (accepted counts and tokens), none per token.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from .drafters import Drafter, ModelDrafter
+from .kvcache import SlotCache
+from .models import check_same_vocab
+from .sampling import SamplingConfig, as_float, sample_from_probs
+from .stats import SpecStats
+from .verify import draw_verify_randoms, race_sample, verify_chain_from_randoms
+
+__all__ = ["autoregressive_generate", "speculative_generate", "prepare_inputs"]
+
+
+def prepare_inputs(input_ids, attention_mask=None, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Prompts as ``(ids [B, L], mask [B, L] bool)``, left-padded.
+
+    ``input_ids``: a LongTensor [B, L] or [L] (with an optional left-padding ``attention_mask``)
+    or a list of token-id lists of any lengths."""
+    if isinstance(input_ids, (list, tuple)):
+        rows = [list(r) for r in input_ids]
+        if not rows or any(len(r) == 0 for r in rows):
+            raise ValueError("empty prompt: every row needs at least one token")
+        if attention_mask is not None:
+            raise ValueError("attention_mask goes with a tensor input_ids, not a list of prompts")
+        L = max(len(r) for r in rows)
+        ids = torch.tensor([[0] * (L - len(r)) + r for r in rows], dtype=torch.long)
+        mask = torch.tensor([[False] * (L - len(r)) + [True] * len(r) for r in rows])
+    else:
+        ids = torch.as_tensor(input_ids)
+        if ids.dim() == 1:
+            ids = ids[None]
+        if ids.dim() != 2 or ids.shape[0] == 0 or ids.shape[1] == 0:
+            raise ValueError(f"empty prompt: input_ids must be [B, L] with B, L >= 1, got shape {tuple(ids.shape)}")
+        if ids.dtype not in (torch.int64, torch.int32):
+            raise ValueError(f"input_ids must hold integer token ids, got dtype {ids.dtype}")
+        ids = ids.long()
+        if attention_mask is None:
+            mask = torch.ones_like(ids, dtype=torch.bool)
+        else:
+            mask = torch.as_tensor(attention_mask).reshape(ids.shape).bool()
+            if not bool(mask[:, -1].all()):
+                raise ValueError("attention_mask must describe left padding: the last column must be real tokens")
+            if bool((mask[:, 1:].long() < mask[:, :-1].long()).any()):
+                raise ValueError("attention_mask must describe left padding (0...0 1...1 per row)")
+    if bool((ids < 0).any()):
+        raise ValueError("input_ids contain negative token ids")
+    if device is not None:
+        ids, mask = ids.to(device), mask.to(device)
+    return ids, mask
+
+
+def _check_run(model, ids, max_new_tokens: int, k: int = 1) -> None:
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+    vocab = model.get_output_embeddings().weight.shape[0]
+    if int(ids.max()) >= vocab:
+        raise ValueError(f"input_ids contain token id {int(ids.max())} outside the vocabulary of {vocab}")
+    limit = getattr(model.config.get_text_config(), "max_position_embeddings", None)
+    if limit is not None and ids.shape[1] + max_new_tokens + k > limit:
+        raise ValueError(
+            f"prompt ({ids.shape[1]}) + max_new_tokens ({max_new_tokens}) + k ({k}) exceeds the model's context of {limit}"
+        )
+
+
+class _Outputs:
+    """Per-row emitted tokens, cut at EOS (kept) and at max_new_tokens."""
+
+    def __init__(self, batch: int, max_new_tokens: int, eos_token_id) -> None:
+        eos = eos_token_id if eos_token_id is not None else []
+        self.eos = set([eos] if isinstance(eos, int) else eos)
+        self.rows: list[list[int]] = [[] for _ in range(batch)]
+        self.done = [False] * batch
+        self.max_new = max_new_tokens
+
+    def emit(self, b: int, tokens: list[int]) -> int:
+        if self.done[b]:
+            return 0
+        out = self.rows[b]
+        n0 = len(out)
+        for t in tokens:
+            out.append(t)
+            if t in self.eos or len(out) >= self.max_new:
+                self.done[b] = True
+                break
+        return len(out) - n0
+
+    @property
+    def all_done(self) -> bool:
+        return all(self.done)
+
+    def max_remaining(self) -> int:
+        return max(self.max_new - len(r) for r, d in zip(self.rows, self.done) if not d)
+
+    def tensors(self, device) -> list[torch.Tensor]:
+        return [torch.tensor(r, dtype=torch.long, device=device) for r in self.rows]
+
+
+def _eos(model, eos_token_id):
+    if eos_token_id is not None:
+        return eos_token_id
+    gen = getattr(model, "generation_config", None)
+    return getattr(gen, "eos_token_id", None) if gen is not None else None
+
+
+class _Clock:
+    def __init__(self, device) -> None:
+        self.cuda = torch.device(device).type == "cuda"
+
+    def __call__(self) -> float:
+        if self.cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+
+@torch.inference_mode()
+def autoregressive_generate(
+    target: torch.nn.Module, input_ids, max_new_tokens: int, temperature: float = 0.0, top_k: int | None = None,
+    top_p: float | None = None, generator: torch.Generator | None = None, *, eos_token_id=None, attention_mask=None,
+    paged: bool = False,
+) -> tuple[list[torch.Tensor], SpecStats]:
+    """The baseline: one target forward (with a KV cache) per token.  Returns per-row new tokens."""
+    sampling = SamplingConfig(temperature, top_k, top_p)
+    device = next(target.parameters()).device
+    ids, mask = prepare_inputs(input_ids, attention_mask, device)
+    _check_run(target, ids, max_new_tokens)
+    B, L = ids.shape
+    clock, stats = _Clock(device), SpecStats(k=0)
+    out = _Outputs(B, max_new_tokens, _eos(target, eos_token_id))
+    t0 = clock()
+    state = SlotCache(target, B, device, paged=paged)
+    if L > 1:
+        state.forward(ids[:, :-1], mask[:, :-1], has_holes=not bool(mask.all()))
+        stats.target_forwards += 1
+    pending = ids[:, -1:]  # [B, 1]
+    stats.time_prefill = clock() - t0
+    while not out.all_done:
+        t1 = clock()
+        logits, _ = state.forward(pending)  # [B, 1, V]
+        p = sampling.probs(as_float(logits[:, -1]))  # [B, V]
+        tok = p.argmax(-1) if sampling.greedy else sample_from_probs(p, generator)  # [B]
+        stats.target_forwards += 1
+        t2 = clock()
+        active = [not d for d in out.done]
+        emitted = [out.emit(b, [t]) for b, t in enumerate(tok.tolist())]
+        stats.record([0] * B, emitted, active, k_step=0)
+        pending = tok[:, None]
+        stats.time_verify += t2 - t1
+        stats.time_other += clock() - t2
+    return out.tensors(device), stats
+
+
+def _use_kernels(flag: bool | None, device: torch.device) -> bool:
+    if flag is False or (flag is None and device.type != "cuda"):
+        return False
+    from .kernels import kernels_available  # triton is imported only here
+
+    ok = device.type == "cuda" and kernels_available()
+    if flag and not ok:
+        raise ValueError("use_kernels=True needs CUDA and triton")
+    return ok
+
+
+@torch.inference_mode()
+def speculative_generate(
+    target: torch.nn.Module, draft, input_ids, max_new_tokens: int, k: int = 4, temperature: float = 0.0,
+    top_k: int | None = None, top_p: float | None = None, generator: torch.Generator | None = None, *,
+    eos_token_id=None, attention_mask=None, paged: bool = False, use_kernels: bool | None = None,
+) -> tuple[list[torch.Tensor], SpecStats]:
+    """Speculative decoding (chain of ``k`` drafts per step), exact in distribution.
+
+    ``draft`` is a Hugging Face causal LM sharing the target's vocabulary, or a
+    :class:`~specdec_lesson.drafters.Drafter` (e.g. ``PromptLookupDrafter()``).  Returns per-row
+    new tokens (EOS kept, nothing after it) and a :class:`SpecStats`."""
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k must be an integer >= 1, got {k!r}")
+    sampling = SamplingConfig(temperature, top_k, top_p)
+    device = next(target.parameters()).device
+    ids, mask = prepare_inputs(input_ids, attention_mask, device)
+    _check_run(target, ids, max_new_tokens, k)
+    if isinstance(draft, Drafter):
+        drafter = draft
+    elif isinstance(draft, torch.nn.Module):
+        check_same_vocab(target, draft)
+        drafter = ModelDrafter(draft, paged=paged)
+    else:
+        raise ValueError(f"draft must be a causal LM or a Drafter, got {type(draft).__name__}")
+    kernels = _use_kernels(use_kernels, device)
+    need_hidden = drafter.needs_target_hidden
+    B, L = ids.shape
+    V = target.get_output_embeddings().weight.shape[0]
+    clock, stats = _Clock(device), SpecStats(k=k)
+    out = _Outputs(B, max_new_tokens, _eos(target, eos_token_id))
+    draft_forwards0 = drafter.forwards
+    t0 = clock()
+    state = SlotCache(target, B, device, paged=paged)
+    hidden = None
+    if L > 1:
+        _, hidden = state.forward(ids[:, :-1], mask[:, :-1], has_holes=not bool(mask.all()), output_hidden=need_hidden)
+        stats.target_forwards += 1
+    drafter.begin(ids, mask, hidden)
+    pending = ids[:, -1:]  # [B, 1]
+    stats.time_prefill = clock() - t0
+    while not out.all_done:
+        t1 = clock()
+        draft_tokens, draft_probs = drafter.propose(max(1, min(k, out.max_remaining() - 1)), sampling, generator)
+        K = draft_tokens.shape[1]  # [B, K]
+        t2 = clock()
+        since = state.num_slots
+        logits, hidden = state.forward(torch.cat([pending, draft_tokens], 1), output_hidden=need_hidden)  # [B, K+1, V]
+        stats.target_forwards += 1
+        target_probs = sampling.probs(as_float(logits))  # [B, K+1, V]
+        if K == 0:  # nothing proposed: a plain step
+            num_accepted = torch.zeros(B, dtype=torch.long, device=device)
+            _, expo = draw_verify_randoms(B, 0, V, device=device, dtype=target_probs.dtype, generator=generator)
+            next_token = race_sample(target_probs[:, 0], expo)  # [B]
+        else:
+            if draft_probs is None:  # deterministic drafter: q is one-hot
+                draft_probs = torch.nn.functional.one_hot(draft_tokens, V).to(target_probs.dtype)  # [B, K, V]
+            uni, expo = draw_verify_randoms(B, K, V, device=device, dtype=target_probs.dtype, generator=generator)
+            verify = _triton_verify if kernels else verify_chain_from_randoms
+            num_accepted, next_token = verify(target_probs, draft_probs.to(target_probs.dtype), draft_tokens, uni, expo)
+        host = torch.cat([num_accepted[:, None], next_token[:, None], draft_tokens], 1).tolist()  # one sync per step
+        t3 = clock()
+        active = [not d for d in out.done]
+        n_acc = [row[0] for row in host]
+        emitted = [out.emit(b, row[2:2 + row[0]] + [row[1]]) for b, row in enumerate(host)]
+        stats.record(n_acc, emitted, active, k_step=K)
+        state.rollback(since, [n + 1 for n in n_acc])  # pending + accepted drafts stay
+        if not out.all_done:
+            drafter.commit(num_accepted, next_token, hidden)
+        pending = next_token[:, None]
+        t4 = clock()
+        stats.time_draft += t2 - t1
+        stats.time_verify += t3 - t2
+        stats.time_other += t4 - t3
+    stats.draft_forwards = drafter.forwards - draft_forwards0
+    return out.tensors(device), stats
+
+
+def _triton_verify(target_probs, draft_probs, draft_tokens, uniforms, exponentials):
+    from .kernels import verify_chain_triton
+
+    return verify_chain_triton(target_probs, draft_probs, draft_tokens, uniforms, exponentials)
