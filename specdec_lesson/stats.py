@@ -138,8 +138,9 @@ def chi2_sf(x: float, dof: int) -> float:
 def chi_square_test(counts: Mapping, expected_law: Mapping, min_expected: float = 5.0) -> tuple[float, int, float]:
     """Pearson chi-square goodness of fit of observed ``counts`` to ``expected_law``.
 
-    Outcomes whose expected count is below ``min_expected`` are pooled into one cell, as are
-    observed outcomes the law gives probability 0 (any such count makes the statistic infinite).
+    Outcomes whose expected count is below ``min_expected`` are pooled into one cell (merged
+    into the smallest other cell if the pool is still below ``min_expected``).  An observed
+    outcome the law gives probability 0 makes the statistic infinite (p-value 0).
     Returns ``(statistic, degrees_of_freedom, p_value)``.
     """
     n = sum(counts.values())
@@ -163,7 +164,11 @@ def chi_square_test(counts: Mapping, expected_law: Mapping, min_expected: float 
         else:
             cells.append((o, e))
     if pooled_exp > 0:
-        cells.append((pooled_obs, pooled_exp))
+        if pooled_exp < min_expected and cells:  # still too small: merge it into the smallest cell
+            j = min(range(len(cells)), key=lambda i: cells[i][1])
+            cells[j] = (cells[j][0] + pooled_obs, cells[j][1] + pooled_exp)
+        else:
+            cells.append((pooled_obs, pooled_exp))
     if len(cells) < 2:
         raise ValueError("fewer than two cells with enough expected counts; draw more samples")
     stat = sum((o - e) ** 2 / e for o, e in cells)

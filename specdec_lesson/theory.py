@@ -7,8 +7,14 @@ c: the cost of one draft forward relative to one target forward.
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
-__all__ = ["acceptance_rate", "expected_tokens", "speedup", "best_k", "speedup_bound"]
+import sympy as sp
+
+__all__ = [
+    "acceptance_rate", "expected_tokens", "speedup", "best_k", "speedup_bound",
+    "pointwise_identities", "derive_output_law", "derive_expected_tokens", "exact_emit_law",
+]
 
 
 def _check_alpha(alpha: float) -> None:
@@ -69,3 +75,145 @@ def speedup_bound(alpha: float, c: float) -> float:
     if not alpha > c:
         raise ValueError(f"the bound (1 + alpha)/(1 + c) holds for alpha > c; got alpha={alpha}, c={c}")
     return (1.0 + alpha) / (1.0 + c)
+
+
+# --------------------------------------------------------------------------------------------
+# The sympy derivation.  Every step returns the sympy objects it proved, so the notebook can
+# display them; each helper *asserts* its identity (a failed step raises AssertionError).
+# --------------------------------------------------------------------------------------------
+
+
+def _zero(expr) -> bool:
+    return sp.simplify(expr) == 0
+
+
+def _linear(expr):
+    """Linearity of a symbolic sum: split Sum(a + b) into Sum(a) + Sum(b) and pull constants out."""
+    return sp.factor_terms(sp.expand(expr))
+
+
+def pointwise_identities() -> dict:
+    """The two facts about real numbers the whole proof rests on, proved by cases.
+
+        min(a, b) + max(0, a - b) = a          |a - b| = 2 max(0, a - b) - (a - b)
+
+    sympy cannot decide ``Min(a, b)`` for free symbols, so we split into the cases a >= b
+    (write a = b + t with t >= 0) and a < b (a = b - t with t > 0); in each case sympy knows
+    the order and both identities reduce to 0 = 0.
+    """
+    a, b = sp.symbols("a b", real=True)
+    t0, t1 = sp.Symbol("t", nonnegative=True), sp.Symbol("t", positive=True)
+    min_max = sp.Min(a, b) + sp.Max(0, a - b) - a
+    abs_max = sp.Abs(a - b) - (2 * sp.Max(0, a - b) - (a - b))
+    for expr in (min_max, abs_max):
+        assert _zero(expr.subs(a, b + t0)) and _zero(expr.subs(a, b - t1)), expr
+    return {
+        "min_plus_residual": sp.Eq(sp.Min(a, b) + sp.Max(0, a - b), a),
+        "abs_as_max": sp.Eq(sp.Abs(a - b), 2 * sp.Max(0, a - b) - (a - b)),
+    }
+
+
+def derive_output_law() -> dict:
+    """Speculative sampling emits x with probability exactly p(x), for ANY vocabulary size n.
+
+    Draft x ~ q, accept with probability min(1, p(x)/q(x)), else emit y ~ max(0, p - q) / Z.
+
+    1. P(draft x and accept) = q(x) min(1, p(x)/q(x)) = min(p(x), q(x)).
+    2. beta = P(accept) = sum_x min(p(x), q(x)).
+    3. The trick: the normaliser Z = sum_x' max(0, p(x') - q(x')) is NOT a new unknown.  By the
+       pointwise identity max(0, a - b) = a - min(a, b), the sum over the symbolic range
+       1..n splits (linearity of Sum) into sum p - sum min(p, q) = 1 - beta.  So the rejection
+       probability 1 - beta and Z cancel.
+    4. P(emit x) = min(p, q) + (1 - beta) max(0, p - q) / (1 - beta) = min(p, q) + max(0, p - q) = p(x)
+       (pointwise identity again).  When beta = 1 (p == q) rejection never happens and P = min(p, p) = p.
+    5. beta = 1 - TV(p, q): TV = 1/2 sum |p - q| = sum max(0, p - q) (|d| = 2 max(0, d) - d and
+       sum (p - q) = 0), which is 1 - beta by step 3.
+
+    The sums use a symbolic n and ``IndexedBase`` p[i], q[i] with sum p = sum q = 1 as the only
+    facts about the laws: the proof holds for every vocabulary, not just the ones we tried.
+    """
+    ident = pointwise_identities()
+    n = sp.Symbol("n", integer=True, positive=True)
+    i = sp.Symbol("i", integer=True, positive=True)
+    x = sp.Symbol("x", integer=True, positive=True)
+    p, q = sp.IndexedBase("p", nonnegative=True), sp.IndexedBase("q", nonnegative=True)
+    beta = sp.Symbol("beta", nonnegative=True)
+    sum_p, sum_q, sum_min = sp.Sum(p[i], (i, 1, n)), sp.Sum(q[i], (i, 1, n)), sp.Sum(sp.Min(p[i], q[i]), (i, 1, n))
+    facts = {sum_p: 1, sum_q: 1, sum_min: beta}
+
+    accept_x = q[x] * sp.Min(1, p[x] / q[x])  # step 1 (q[x] > 0: q[x] * min(1, p/q) = min(q, p))
+    qx = sp.Symbol("q_x", positive=True)
+    px = sp.Symbol("p_x", nonnegative=True)
+    step1 = qx * sp.Min(1, px / qx) - sp.Min(px, qx)  # by cases again: p >= q and p < q
+    t0, t1 = sp.Symbol("t", nonnegative=True), sp.Symbol("t", positive=True)
+    assert _zero(step1.subs(px, qx + t0)) and _zero(step1.subs(px, qx - t1))
+
+    z = sp.Sum(sp.Max(0, p[i] - q[i]), (i, 1, n))  # step 3
+    z_rewritten = sp.Sum(p[i] - sp.Min(p[i], q[i]), (i, 1, n))  # termwise: max(0, a-b) = a - min(a, b)
+    z_value = _linear(z_rewritten).subs(facts)
+    assert _zero(z_value - (1 - beta)), z_value
+
+    emit_x = sp.Min(p[x], q[x]) + (1 - beta) * sp.Max(0, p[x] - q[x]) / z_value  # step 4
+    emit_x = sp.simplify(emit_x)
+    a, b = sp.symbols("a b", real=True)
+    assert _zero(emit_x.subs({p[x]: a, q[x]: b}) - (sp.Min(a, b) + sp.Max(0, a - b)))
+    assert ident["min_plus_residual"].rhs == a  # ... = p(x) by the pointwise identity
+
+    tv = sp.Rational(1, 2) * sp.Sum(sp.Abs(p[i] - q[i]), (i, 1, n))  # step 5
+    tv_rewritten = sp.Rational(1, 2) * sp.Sum(2 * sp.Max(0, p[i] - q[i]) - (p[i] - q[i]), (i, 1, n))
+    tv_value = _linear(tv_rewritten).subs(facts).subs(z, 1 - beta)
+    assert _zero(tv_value - (1 - beta)), tv_value
+    return {
+        "accept_x": sp.Eq(accept_x, sp.Min(p[x], q[x])),
+        "beta": sp.Eq(beta, sum_min),
+        "residual_mass": sp.Eq(z, 1 - beta),
+        "emit_x": sp.Eq(sp.Min(p[x], q[x]) + (1 - beta) * sp.Max(0, p[x] - q[x]) / (1 - beta), p[x]),
+        "tv": sp.Eq(tv, 1 - beta),
+        **ident,
+    }
+
+
+def derive_expected_tokens() -> dict:
+    """E[tokens per step] = (1 - alpha^(K+1)) / (1 - alpha), derived as a sympy sum.
+
+    With i.i.d. acceptances (probability alpha), a step emits j + 1 tokens with probability
+    alpha^j (1 - alpha) for j < K (j accepted, then the residual token) and K + 1 with
+    probability alpha^K (all accepted, plus the bonus).  sympy sums this for a symbolic K.
+    """
+    alpha, c = sp.Symbol("alpha", positive=True), sp.Symbol("c", positive=True)
+    k, j = sp.Symbol("K", integer=True, positive=True), sp.Symbol("j", integer=True, nonnegative=True)
+    mean = sp.piecewise_fold(sp.summation((j + 1) * alpha**j * (1 - alpha), (j, 0, k - 1)) + (k + 1) * alpha**k)
+    closed = (1 - alpha ** (k + 1)) / (1 - alpha)
+    general = mean.args[-1].expr if isinstance(mean, sp.Piecewise) else mean
+    assert _zero(general - closed), general
+    if isinstance(mean, sp.Piecewise):  # the alpha = 1 branch: K + 1 tokens every step
+        assert _zero(mean.args[0].expr.subs(alpha, 1) - (k + 1))
+    s = closed / (k * c + 1)
+    # best integer K: S is compared at consecutive integers; K + 1 helps iff this ratio > 1
+    # (it falls towards alpha (Kc + 1)/((K+1)c + 1) < 1 as K grows, so a finite best K exists);
+    # best_k() scans the integers, which also handles a measured verify-cost curve.
+    ratio = sp.simplify(s.subs(k, k + 1) / s)
+    assert _zero(ratio - (1 - alpha ** (k + 2)) * (k * c + 1) / ((1 - alpha ** (k + 1)) * ((k + 1) * c + 1)))
+    s1 = s.subs(k, 1)
+    assert _zero(s1 - (1 + alpha) / (1 + c))
+    assert _zero((s1 - 1) - (alpha - c) / (1 + c))  # > 0 exactly when alpha > c
+    return {
+        "expected_tokens": sp.Eq(sp.Symbol("E[N]"), closed),
+        "speedup": sp.Eq(sp.Symbol("S(K)"), s),
+        "ratio_next": sp.Eq(sp.Symbol("S(K+1)/S(K)"), ratio),
+        "speedup_k1": sp.Eq(sp.Symbol("S(1)"), (1 + alpha) / (1 + c)),
+        "gain_k1": sp.Eq(sp.Symbol("S(1)") - 1, (alpha - c) / (1 + c)),
+    }
+
+
+def exact_emit_law(target_law, draft_law) -> list[Fraction]:
+    """P(emit x) of one speculative-sampling step computed with Fractions (no shortcut:
+    accept mass + rejection mass times the normalised residual).  Equals ``target_law``."""
+    p, q = [Fraction(v) for v in target_law], [Fraction(v) for v in draft_law]
+    if len(p) != len(q) or sum(p) != 1 or sum(q) != 1 or min(p + q) < 0:
+        raise ValueError("target_law and draft_law must be laws over the same vocabulary, summing to 1 exactly")
+    accept = [min(a, b) for a, b in zip(p, q)]
+    beta = sum(accept)
+    residual = [max(Fraction(0), a - b) for a, b in zip(p, q)]
+    z = sum(residual)
+    return [acc + ((1 - beta) * r / z if z else 0) for acc, r in zip(accept, residual)]

@@ -1,0 +1,102 @@
+"""Every buggy variant in specdec_lesson.pitfalls is caught; the correct sampler is not."""
+
+import pytest
+import torch
+
+from specdec_lesson import pitfalls as P
+from specdec_lesson import toy
+from specdec_lesson.theory import expected_tokens
+from specdec_lesson.verify import draw_verify_randoms, verify_chain, verify_chain_from_randoms
+
+# The toy pair and Monte Carlo protocol of tests/test_toy.py (power >= 0.90 against TV 0.02 there).
+TARGET = toy.random_markov(3, order=1, seed=1)
+DRAFT = toy.random_markov(3, order=1, seed=2)
+PROMPT = (0, 0)
+MC_BATCH, MC_N, MC_LEVEL, MC_MIN_TV = 30_000, 3, 1e-3, 0.02
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+LAW_BUGS = [  # (label, harness override, processing): the same Monte Carlo test as tests/test_toy.py
+    ("1 greedy draft with softmax q", dict(draft_fn=P.buggy_draft_greedy_softmax_q), dict(temperature=1.0)),
+    ("2 q without the temperature", dict(draft_fn=P.buggy_draft_q_unprocessed), dict(temperature=0.5)),
+    ("2 q without top-p", dict(draft_fn=P.buggy_draft_q_unprocessed), dict(temperature=1.0, top_p=0.6)),
+    ("3 argmax bonus token", dict(verify_fn=P.buggy_verify_argmax_bonus), dict(temperature=1.0)),
+    ("5 reseeded every step", dict(verify_fn=P.buggy_verify_reseeded), dict(temperature=1.0)),
+]
+
+
+@pytest.mark.parametrize("label,harness,cfg", LAW_BUGS, ids=[b[0] for b in LAW_BUGS])
+def test_monte_carlo_flags_each_law_bug(label, harness, cfg):
+    """Same protocol as test_toy.test_monte_carlo_joint_law_of_real_verify_chain (30,000 chains,
+    K = 2, first 3 tokens, reject at p < 1e-3, power >= 0.90 at TV 0.02): each bug is rejected
+    and its measured TV distortion is beyond 0.02.  The correct sampler with the same seed passes."""
+    gen = torch.Generator().manual_seed(1234)
+    res = toy.mc_joint_check(TARGET, DRAFT, PROMPT, MC_N, 2, MC_BATCH, gen, **cfg, **harness)
+    assert res["p_value"] < MC_LEVEL and res["tv"] > MC_MIN_TV, (label, res["p_value"], res["tv"])
+    ok = toy.mc_joint_check(TARGET, DRAFT, PROMPT, MC_N, 2, MC_BATCH, torch.Generator().manual_seed(1234), **cfg)
+    assert ok["p_value"] > MC_LEVEL
+
+
+def test_dropped_bonus_keeps_the_law_but_loses_tokens():
+    """Bug 4 is lossless (the law test rightly does not flag it; the exact enumerator proves
+    it in test_toy) but emits alpha^K fewer tokens per step.  i.i.d. positions (same p, q at
+    every position) so that E[tokens] = (1 - a^(K+1)) / (1 - a) holds exactly; 200,000 steps,
+    standard error of the mean < 0.003, tolerance 0.015 (5 sigma)."""
+    gen = torch.Generator().manual_seed(3)
+    res = toy.mc_joint_check(TARGET, DRAFT, PROMPT, MC_N, 2, MC_BATCH, gen, verify_fn=P.buggy_verify_no_bonus)
+    assert res["p_value"] > MC_LEVEL
+    B, K = 200_000, 3
+    p = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64)
+    q = torch.tensor([0.2, 0.3, 0.5], dtype=torch.float64)
+    alpha = float(torch.minimum(p, q).sum())
+    draft_tokens = torch.multinomial(q.expand(B * K, 3), 1, generator=gen).view(B, K)  # [B, K]
+    target_probs, draft_probs = p.expand(B, K + 1, 3), q.expand(B, K, 3)
+    emitted = {}
+    for name, fn in (("ok", verify_chain), ("no_bonus", P.buggy_verify_no_bonus)):
+        n_acc, nxt = fn(target_probs, draft_probs, draft_tokens, torch.Generator().manual_seed(5))
+        emitted[name] = float((n_acc + (nxt >= 0).long()).double().mean())
+    assert abs(emitted["ok"] - expected_tokens(alpha, K)) < 0.015
+    assert abs(emitted["no_bonus"] - (expected_tokens(alpha, K) - alpha**K)) < 0.015
+
+
+def test_unguarded_residual_returns_token_zero():
+    """Bug 6 needs an all-zero residual at a rejection, which only floating-point rounding
+    produces: p and q equal except p(x) a hair smaller (rows still sum to 1 within float32's
+    tolerance).  Forced rejection (u = 0.9999): the guarded verifier samples from p, the
+    unguarded one computes 0/0 and always returns token 0.  2,000 draws; P(correct sampler
+    returns 0 every time) = 0.2^2000."""
+    B = 2000
+    target_probs = torch.tensor([[0.2, 0.3996, 0.4]] * 2, dtype=torch.float32).expand(B, 2, 3)  # [B, 2, 3]
+    draft_probs = torch.tensor([[[0.2, 0.4, 0.4]]], dtype=torch.float32).expand(B, 1, 3)  # [B, 1, 3]
+    draft_tokens = torch.ones(B, 1, dtype=torch.long)  # [B, 1]
+    _, expo = draw_verify_randoms(B, 1, 3, generator=torch.Generator().manual_seed(0))
+    uniforms = torch.full((B, 1), 0.9999)
+    n_ok, tok_ok = verify_chain_from_randoms(target_probs, draft_probs, draft_tokens, uniforms, expo)
+    n_bad, tok_bad = P.buggy_verify_unguarded_from_randoms(target_probs, draft_probs, draft_tokens, uniforms, expo)
+    assert (n_ok == 0).all() and (n_bad == 0).all()
+    assert (tok_bad == 0).all()
+    freq = torch.bincount(tok_ok, minlength=3).double() / B
+    assert (freq - torch.tensor([0.2, 0.4, 0.4], dtype=torch.float64)).abs().max() < 0.05
+    # with ordinary inputs it behaves like the correct verifier (same random-number protocol)
+    gen_a, gen_b = torch.Generator().manual_seed(1), torch.Generator().manual_seed(1)
+    tp = torch.softmax(torch.randn(64, 3, 5, generator=gen_a, dtype=torch.float64), -1)
+    dp = torch.softmax(torch.randn(64, 2, 5, generator=gen_a, dtype=torch.float64), -1)
+    dt = torch.randint(0, 5, (64, 2), generator=gen_a)
+    gen_b.set_state(gen_a.get_state())
+    assert all(torch.equal(a, b) for a, b in zip(verify_chain(tp, dp, dt, gen_a), P.buggy_verify_unguarded(tp, dp, dt, gen_b)))
+
+
+def test_registry_is_labelled():
+    assert set(P.BUGGY_DRAFT_STEPS) | set(P.BUGGY_VERIFIERS) == {
+        "1 greedy draft with softmax q", "2 q not the law sampled from", "3 argmax bonus token",
+        "4 bonus dropped (lossless, slower)", "5 reseeded every step", "6 unguarded residual",
+    }
+    for fn in list(P.BUGGY_DRAFT_STEPS.values()) + list(P.BUGGY_VERIFIERS.values()):
+        assert fn.__name__.startswith("buggy_") and "BUG" in fn.__doc__

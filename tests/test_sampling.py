@@ -1,0 +1,123 @@
+"""logits_to_probs / sample_from_probs / SamplingConfig: rules, exact twin, bad input."""
+
+from fractions import Fraction
+
+import pytest
+import torch
+
+from specdec_lesson.sampling import SamplingConfig, check_sampling_args, logits_to_probs, sample_from_probs
+from specdec_lesson.toy import process_law
+
+
+def test_temperature_one_is_softmax_and_half_squares():
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(5, 7, generator=gen, dtype=torch.float64)
+    assert torch.allclose(logits_to_probs(logits), torch.softmax(logits, -1))
+    p = torch.softmax(logits, -1)
+    sq = p**2 / (p**2).sum(-1, keepdim=True)
+    assert torch.allclose(logits_to_probs(logits, 0.5), sq)  # T = 1/2: p^2 normalised
+
+
+def test_greedy_is_one_hot_lowest_id_on_ties():
+    logits = torch.tensor([[1.0, 3.0, 3.0, 0.0], [5.0, 5.0, 5.0, 5.0]])
+    probs = logits_to_probs(logits, temperature=0.0, top_k=2, top_p=0.3)
+    assert probs.tolist() == [[0, 1, 0, 0], [1, 0, 0, 0]]
+
+
+def test_top_k_keeps_ties_at_the_boundary():
+    logits = torch.tensor([2.0, 1.0, 1.0, 0.0], dtype=torch.float64)
+    probs = logits_to_probs(logits, top_k=2)
+    assert (probs > 0).tolist() == [True, True, True, False]
+    assert torch.allclose(probs.sum(), torch.tensor(1.0, dtype=torch.float64))
+    assert torch.equal(logits_to_probs(logits, top_k=10), logits_to_probs(logits))  # k >= V: no-op
+
+
+def test_top_p_smallest_prefix_reaching_p():
+    law = torch.tensor([0.1, 0.5, 0.25, 0.15], dtype=torch.float64)
+    logits = law.log()
+    assert (logits_to_probs(logits, top_p=0.5) > 0).tolist() == [False, True, False, False]
+    assert (logits_to_probs(logits, top_p=0.51) > 0).tolist() == [False, True, True, False]
+    assert (logits_to_probs(logits, top_p=0.85) > 0).tolist() == [False, True, True, True]
+    assert (logits_to_probs(logits, top_p=0.01) > 0).tolist() == [False, True, False, False]  # argmax always kept
+    assert torch.equal(logits_to_probs(logits, top_p=1.0), logits_to_probs(logits))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_matches_the_exact_fraction_twin(seed):
+    """logits_to_probs(log p) is the float image of toy.process_law(p) for random rational laws
+    (T in {1, 1/2, 1/3, 0}, top-k, top-p away from exact ties)."""
+    import random
+
+    rng = random.Random(seed)
+    for _ in range(20):
+        w = [rng.randint(1, 30) for _ in range(6)]
+        law = [Fraction(v, sum(w)) for v in w]
+        logits = torch.tensor([float(v) for v in law], dtype=torch.float64).log()
+        for t in (Fraction(1), Fraction(1, 2), Fraction(1, 3), Fraction(0)):
+            for top_k, top_p in ((None, None), (3, None), (None, 0.737), (4, 0.611)):
+                exact = process_law(law, t, top_k, top_p)
+                got = logits_to_probs(logits, float(t), top_k, top_p)
+                assert torch.allclose(got, torch.tensor([float(v) for v in exact], dtype=torch.float64), atol=1e-12)
+
+
+def test_batched_shapes_and_no_nan():
+    gen = torch.Generator().manual_seed(1)
+    logits = torch.randn(2, 3, 11, generator=gen) * 30
+    for kw in (dict(), dict(temperature=0.1, top_k=3), dict(temperature=2.0, top_p=0.2)):
+        probs = logits_to_probs(logits, **kw)
+        assert probs.shape == logits.shape and torch.isfinite(probs).all()
+        assert torch.allclose(probs.sum(-1), torch.ones(2, 3), atol=1e-5)
+
+
+def test_sample_from_probs_law_and_shape():
+    """100,000 draws, 3 categories: sd <= 0.0016, tolerance 0.008 (5 sigma)."""
+    gen = torch.Generator().manual_seed(2)
+    probs = torch.tensor([0.2, 0.0, 0.8]).expand(4, 25_000, 3)
+    tok = sample_from_probs(probs, gen)
+    assert tok.shape == (4, 25_000) and tok.dtype == torch.int64
+    freq = torch.bincount(tok.flatten(), minlength=3).double() / tok.numel()
+    assert freq[1] == 0 and abs(float(freq[2]) - 0.8) < 0.008
+
+
+def test_sampling_config_applies_the_same_processing():
+    cfg = SamplingConfig(0.5, 3, 0.9)
+    logits = torch.randn(4, 9, generator=torch.Generator().manual_seed(3))
+    assert torch.equal(cfg.probs(logits), logits_to_probs(logits, 0.5, 3, 0.9))
+    assert SamplingConfig().greedy and not cfg.greedy
+    assert "top_p=0.9" in repr(cfg)
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(temperature=-0.1), "temperature"),
+        (dict(temperature=float("nan")), "temperature"),
+        (dict(temperature=float("inf")), "temperature"),
+        (dict(temperature=True), "temperature"),
+        (dict(temperature="1"), "temperature"),
+        (dict(top_k=0), "top_k"),
+        (dict(top_k=2.0), "top_k"),
+        (dict(top_p=0.0), "top_p"),
+        (dict(top_p=1.5), "top_p"),
+        (dict(top_p=-0.2), "top_p"),
+    ],
+)
+def test_bad_arguments_raise_value_error(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        logits_to_probs(torch.zeros(3), **kwargs)
+    with pytest.raises(ValueError, match=match):
+        SamplingConfig(**{"temperature": 1.0, **kwargs})
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_non_finite_logits_raise(bad):
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        logits_to_probs(torch.tensor([0.0, bad, 1.0]))
+
+
+def test_bad_logits_tensors_raise():
+    with pytest.raises(ValueError, match="floating-point"):
+        logits_to_probs(torch.tensor([1, 2, 3]))
+    with pytest.raises(ValueError, match="vocabulary"):
+        logits_to_probs(torch.zeros(3, 0))
+    check_sampling_args(0.0, None, None)  # greedy defaults are valid
