@@ -1,0 +1,148 @@
+"""Measuring this machine: memory bandwidth, matmul FLOP/s, and the verify-cost curve T(n).
+
+Speculative decoding pays off when one target forward over n = K+1 new tokens costs little more
+than a forward over one token: T(n)/T(1) close to 1.  Decoding is memory-bound (every weight is
+read once per forward whatever n is), so the roofline of a decode step is
+``weight_bytes / bandwidth``, and n only starts to cost once ``2 * params * n / flops`` catches
+up.  These functions measure the three numbers the course's roofline and latency simulator use.
+
+Conventions: bandwidth and FLOP/s are the BEST of ``repeats`` timed runs (what the machine can
+do, as STREAM reports it); the verify curve is the MEDIAN (what a decoding loop sees).  Warm-up
+runs are never timed.  Timings on a shared machine are noisy: rerun on a quiet one before
+quoting them.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Iterable
+
+import torch
+
+__all__ = ["crop_to", "measure_bandwidth", "measure_matmul_flops", "measure_verify_curve", "measure_framework_overhead"]
+
+
+def _check_positive_int(name: str, value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def measure_bandwidth(size_mb: float = 256, repeats: int = 5) -> float:
+    """Memory bandwidth in bytes/s: the best of ``repeats`` STREAM-style copy (a = b) and triad
+    (a = b + s*c) passes over fp32 arrays of ``size_mb`` MB each (three arrays are allocated).
+
+    Bytes are counted as STREAM does (copy: read b + write a; triad: read b, c + write a), without
+    the write-allocate traffic, so the figure is comparable to published STREAM numbers.  Arrays
+    must be much larger than the last-level cache for this to measure DRAM (256 MB is)."""
+    if not (isinstance(size_mb, (int, float)) and size_mb > 0):
+        raise ValueError(f"size_mb must be a positive number, got {size_mb!r}")
+    _check_positive_int("repeats", repeats)
+    numel = max(1, int(size_mb * 2**20) // 4)
+    a = torch.empty(numel, dtype=torch.float32)
+    b = torch.ones(numel, dtype=torch.float32)
+    c = torch.full((numel,), 2.0, dtype=torch.float32)
+    nbytes = numel * 4
+    best = 0.0
+    a.copy_(b)  # warm-up: touch every page
+    torch.add(b, c, alpha=3.0, out=a)
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        a.copy_(b)
+        t1 = time.perf_counter()
+        torch.add(b, c, alpha=3.0, out=a)  # triad
+        t2 = time.perf_counter()
+        best = max(best, 2 * nbytes / (t1 - t0), 3 * nbytes / (t2 - t1))
+    return best
+
+
+def measure_matmul_flops(n: int = 1024, repeats: int = 5) -> float:
+    """fp32 matmul throughput in FLOP/s: the best of ``repeats`` timed [n, n] @ [n, n] products
+    (2 n^3 floating-point operations each), with the current ``torch.get_num_threads()``."""
+    _check_positive_int("n", n)
+    _check_positive_int("repeats", repeats)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, n, generator=g)  # [n, n]
+    y = torch.randn(n, n, generator=g)  # [n, n]
+    out = torch.empty(n, n)  # [n, n]
+    torch.mm(x, y, out=out)  # warm-up
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        torch.mm(x, y, out=out)
+        best = min(best, time.perf_counter() - t0)
+    return 2.0 * n**3 / best
+
+
+def _forward(model, ids: torch.Tensor, cache, start: int) -> torch.Tensor:
+    """One forward of ids [1, n] at positions start..start+n-1 onto ``cache``; logits [1, n, V]."""
+    n = ids.shape[1]
+    pos = torch.arange(start, start + n, device=ids.device).unsqueeze(0)  # [1, n]
+    return model(input_ids=ids, position_ids=pos, cache=cache, use_cache=True).logits
+
+
+def crop_to(cache, length: int) -> None:
+    """Crop a Hugging Face cache back to ``length`` tokens (``DynamicCache.crop`` takes the count to
+    remove, as a negative number) and check that it holds exactly ``length`` afterwards."""
+    extra = cache.get_seq_length() - length
+    if extra < 0:
+        raise ValueError(f"cannot crop a cache of {cache.get_seq_length()} tokens to {length}: it is shorter")
+    if extra:
+        cache.crop(-extra)
+    if cache.get_seq_length() != length:
+        raise RuntimeError(f"the KV cache holds {cache.get_seq_length()} tokens after crop, expected {length}")
+
+
+def measure_verify_curve(
+    model, n_max: int = 16, context: int = 128, repeats: int = 5, ns: Iterable[int] | None = None
+) -> dict[int, float]:
+    """Median seconds of ONE forward of ``model`` over n new tokens after a ``context``-token KV cache.
+
+    Returns ``{n: seconds}`` for n in ``ns`` (default 1..n_max).  The context is ``context`` fixed
+    pseudo-random token ids (seed 0) prefilled once into a ``DynamicCache``; after every call the
+    cache is cropped back to ``context`` tokens so each call sees the same cache.  All logits of the
+    n positions are computed (as a verify step needs them).  Every n gets one untimed warm-up call;
+    the timed calls are interleaved across n (``repeats`` rounds over all n), so load drift on a
+    shared machine spreads evenly over the curve.  Runs under ``torch.inference_mode``."""
+    from transformers import DynamicCache
+
+    _check_positive_int("n_max", n_max)
+    _check_positive_int("context", context)
+    _check_positive_int("repeats", repeats)
+    ns = list(range(1, n_max + 1)) if ns is None else [int(n) for n in ns]
+    if not ns or any(n < 1 for n in ns):
+        raise ValueError(f"ns must be a non-empty list of positive token counts, got {ns!r}")
+    param = next(model.parameters())
+    vocab = model.config.vocab_size
+    g = torch.Generator().manual_seed(0)
+    prompt = torch.randint(0, vocab, (1, context), generator=g).to(param.device)  # [1, context]
+    new = torch.randint(0, vocab, (1, max(ns)), generator=g).to(param.device)  # [1, n_max]
+    sync = torch.cuda.synchronize if param.device.type == "cuda" else (lambda: None)
+    times: dict[int, list[float]] = {n: [] for n in ns}
+    with torch.inference_mode():
+        cache = DynamicCache(config=model.config)
+        _forward(model, prompt, cache, 0)
+        for n in ns:  # warm-up, untimed
+            _forward(model, new[:, :n], cache, context)
+            crop_to(cache, context)
+        for _ in range(repeats):
+            for n in ns:
+                sync()
+                t0 = time.perf_counter()
+                _forward(model, new[:, :n], cache, context)
+                sync()
+                times[n].append(time.perf_counter() - t0)
+                crop_to(cache, context)
+    return {n: statistics.median(ts) for n, ts in times.items()}
+
+
+def measure_framework_overhead(
+    num_layers: int = 1, context: int = 128, repeats: int = 20, dtype: torch.dtype = torch.float32
+) -> float:
+    """Median seconds of a one-token cached forward of a tiny-width (hidden 16, vocab 64) Llama with
+    ``num_layers`` layers: arithmetic is negligible, so this is the per-forward Python / Hugging Face
+    / dispatch overhead.  Compare 1 and 30 layers for the per-layer share."""
+    from .models import tiny_llama
+
+    model = tiny_llama(vocab_size=64, hidden_size=16, num_layers=num_layers, num_heads=2, num_kv_heads=1, dtype=dtype)
+    return measure_verify_curve(model, context=context, repeats=repeats, ns=[1])[1]

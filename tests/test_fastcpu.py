@@ -1,0 +1,215 @@
+"""Pre-packed oneDNN linears: same outputs as nn.Linear within fp32 rounding, clean fallback.
+
+Tolerance: pre-packing changes only the summation order of fp32 dot products, so logits may move
+by rounding (about 1e-4 on SmolLM2's logits of size ~20); we require max |diff| < 1e-3 and the same
+argmax at every position of every input tested."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from specdec_lesson import fastcpu
+from specdec_lesson.fastcpu import PackedLinear, count_packed, packed_linear_available, prepack_linears, unpack_linears
+from specdec_lesson.models import default_target_cache_dir, tiny_llama
+
+TOL = 1e-3
+needs_onednn = pytest.mark.skipif(not packed_linear_available(), reason="oneDNN pre-packed linear unavailable in this build")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """One intra-op thread: these tests check values, not speed, and on a shared machine two OpenMP
+    threads competing with other processes stall at every barrier (a 9 s test took 80 s)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _tied_tiny(seed: int = 0) -> nn.Module:
+    model = tiny_llama(vocab_size=96, hidden_size=64, num_layers=2, seed=seed, dtype=torch.float32)
+    model.lm_head.weight = model.model.embed_tokens.weight  # tie like SmolLM2
+    return model
+
+
+def _inputs(vocab: int, seed: int = 0) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, vocab, (b, t), generator=g) for b, t in [(1, 1), (1, 7), (3, 12), (2, 33)]]
+
+
+def _logits(model: nn.Module, ids: torch.Tensor) -> torch.Tensor:
+    with torch.inference_mode():
+        return model(input_ids=ids).logits  # [B, T, V]
+
+
+def _cached_logits(model: nn.Module, ids: torch.Tensor, split: int) -> torch.Tensor:
+    """Prefill ids[:, :split] into a DynamicCache, then one forward over the rest (a verify step)."""
+    from transformers import DynamicCache
+
+    with torch.inference_mode():
+        cache = DynamicCache(config=model.config)
+        model(input_ids=ids[:, :split], cache=cache, use_cache=True)
+        pos = torch.arange(split, ids.shape[1]).unsqueeze(0)  # [1, n]
+        return model(input_ids=ids[:, split:], position_ids=pos, cache=cache, use_cache=True).logits  # [B, n, V]
+
+
+def _assert_close_same_argmax(got: torch.Tensor, want: torch.Tensor) -> None:
+    assert got.shape == want.shape
+    diff = (got - want).abs().max().item()
+    assert diff < TOL, f"max |logit diff| {diff:.3g} >= {TOL}"
+    assert torch.equal(got.argmax(-1), want.argmax(-1))
+
+
+@needs_onednn
+def test_tiny_model_same_logits_and_tied_head_stays_tied():
+    model = _tied_tiny()
+    inputs = _inputs(96)
+    before = [_logits(model, ids) for ids in inputs]
+    keys_before = list(model.state_dict().keys())
+    embed = model.model.embed_tokens
+    assert prepack_linears(model) is model
+    assert count_packed(model) == 2 * 7 + 1  # q, k, v, o, gate, up, down per layer + lm_head
+    assert model.model.embed_tokens is embed and type(embed) is nn.Embedding
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    assert list(model.state_dict().keys()) == keys_before
+    for ids, want in zip(inputs, before):
+        _assert_close_same_argmax(_logits(model, ids), want)
+
+
+@needs_onednn
+def test_cached_verify_forward_matches_plain():
+    model = tiny_llama(vocab_size=80, hidden_size=48, num_layers=3, num_heads=4, num_kv_heads=2, seed=3, dtype=torch.float32)
+    ids = torch.randint(0, 80, (2, 40), generator=torch.Generator().manual_seed(5))
+    want = {n: _cached_logits(model, ids[:, : 30 + n], 30) for n in (1, 2, 5, 9)}
+    prepack_linears(model)
+    for n, w in want.items():
+        _assert_close_same_argmax(_cached_logits(model, ids[:, : 30 + n], 30), w)
+
+
+@needs_onednn
+def test_unpack_restores_plain_linear_and_exact_outputs():
+    model = _tied_tiny(seed=1)
+    ids = _inputs(96, seed=1)[2]
+    want = _logits(model, ids)
+    prepack_linears(model)
+    unpack_linears(model)
+    assert count_packed(model) == 0
+    assert all(type(m) is nn.Linear for name, m in model.named_modules() if name.endswith(("proj", "lm_head")))
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    assert torch.equal(_logits(model, ids), want)  # same weights, same kernels: bit for bit
+
+
+@needs_onednn
+def test_packed_linear_bias_fallbacks_and_repack():
+    g = torch.Generator().manual_seed(0)
+    lin = nn.Linear(40, 24)
+    x = torch.randn(5, 40, generator=g)  # [5, 40]
+    with torch.no_grad():
+        want = lin(x)  # [5, 24]
+    layer = prepack_linears(nn.Sequential(lin))[0]
+    assert isinstance(layer, PackedLinear)
+    with torch.no_grad():
+        assert (layer(x) - want).abs().max().item() < 1e-4
+        # float64 input: F.linear on float64 weights
+        layer64 = PackedLinear(nn.Linear(40, 24).double())
+        x64 = x.double()
+        assert torch.equal(layer64(x64), torch.nn.functional.linear(x64, layer64.weight, layer64.bias))
+        # an in-place weight update must not leave a stale packed copy
+        layer.weight.mul_(2.0)
+        assert (layer(x) - torch.nn.functional.linear(x, layer.weight, layer.bias)).abs().max().item() < 1e-4
+    # autograd enabled: F.linear path, gradients flow
+    xg = x.clone().requires_grad_(True)
+    out = layer(xg)
+    out.sum().backward()
+    assert xg.grad is not None and layer.weight.grad is not None
+    assert torch.allclose(xg.grad, layer.weight.sum(0).expand(5, 40))
+
+
+@needs_onednn
+def test_deepcopy_and_torch_save_work():
+    import copy
+    import io
+
+    model = prepack_linears(_tied_tiny(seed=4))
+    ids = _inputs(96, seed=4)[2]
+    want = _logits(model, ids)
+    clone = copy.deepcopy(model)
+    assert clone.lm_head.weight is clone.model.embed_tokens.weight and clone.lm_head.weight is not model.lm_head.weight
+    assert torch.equal(_logits(clone, ids), want)
+    buf = io.BytesIO()
+    torch.save(model, buf)
+    buf.seek(0)
+    loaded = torch.load(buf, weights_only=False)
+    assert torch.equal(_logits(loaded, ids), want)
+
+
+def test_fallback_when_op_unavailable(monkeypatch):
+    def broken_pack(weight):
+        raise RuntimeError("simulated: no mkldnn")
+
+    monkeypatch.setattr(fastcpu, "_AVAILABLE", None)
+    monkeypatch.setattr(fastcpu, "_pack", broken_pack)
+    assert packed_linear_available() is False
+    model = _tied_tiny(seed=2)
+    ids = _inputs(96, seed=2)[1]
+    want = _logits(model, ids)
+    assert prepack_linears(model) is model
+    assert count_packed(model) == 0
+    assert torch.equal(_logits(model, ids), want)
+    with pytest.raises(RuntimeError, match="not available"):
+        prepack_linears(model, strict=True)
+
+
+def test_fallback_when_op_disagrees(monkeypatch):
+    """The availability probe checks equality, not only that the op runs."""
+    real = fastcpu._packed_linear
+    monkeypatch.setattr(fastcpu, "_AVAILABLE", None)
+    monkeypatch.setattr(fastcpu, "_packed_linear", lambda x, p, b: real(x, p, b) + 1e-2)
+    assert packed_linear_available() is False
+    model = nn.Sequential(nn.Linear(8, 8))
+    prepack_linears(model)
+    assert type(model[0]) is nn.Linear
+
+
+@needs_onednn
+def test_only_fp32_cpu_linears_are_swapped():
+    model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 8).double(), nn.Linear(8, 8, device="meta"))
+    prepack_linears(model)
+    assert [type(m) for m in model] == [PackedLinear, nn.Linear, nn.Linear]
+    assert count_packed(tiny_llama(dtype=torch.float64)) == 0
+
+
+@needs_onednn
+def test_model_built_under_inference_mode():
+    with torch.inference_mode():
+        lin = nn.Linear(16, 8)
+        x = torch.randn(3, 16)
+        want = lin(x)
+        layer = prepack_linears(nn.Sequential(lin))[0]
+        assert isinstance(layer, PackedLinear)
+        assert (layer(x) - want).abs().max().item() < 1e-4
+
+
+def test_rejects_non_module():
+    with pytest.raises(ValueError, match="nn.Module"):
+        prepack_linears("not a model")
+
+
+@needs_onednn
+@pytest.mark.skipif(not default_target_cache_dir().exists(), reason="default target not converted in ~/.cache/specdec_lesson")
+def test_default_target_logits_within_rounding():
+    from specdec_lesson.models import load_default_target
+
+    model, _ = load_default_target(verbose=False)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, model.config.vocab_size, (2, 48), generator=g)  # [2, 48]
+    want_full = _logits(model, ids)
+    want_verify = {n: _cached_logits(model, ids[:, : 40 + n], 40) for n in (1, 8)}
+    prepack_linears(model)
+    assert count_packed(model) == 30 * 7 + 1
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    _assert_close_same_argmax(_logits(model, ids), want_full)
+    for n, w in want_verify.items():
+        _assert_close_same_argmax(_cached_logits(model, ids[:, : 40 + n], 40), w)

@@ -1,0 +1,106 @@
+"""Machine profiling helpers: shapes and positivity of results, cache crop, argument checks.
+
+These tests do not check speed (a shared CI machine is too noisy for that); they run in a few
+seconds on tiny models and small arrays."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from specdec_lesson.models import tiny_llama
+from specdec_lesson.profiling import (
+    crop_to,
+    measure_bandwidth,
+    measure_framework_overhead,
+    measure_matmul_flops,
+    measure_verify_curve,
+)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """One intra-op thread: these tests check values, not speed, and on a shared machine two OpenMP
+    threads competing with other processes stall at every barrier (a 9 s test took 80 s)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_llama(vocab_size=64, hidden_size=32, num_layers=2, dtype=torch.float32)
+
+
+def _finite_positive(x: float) -> bool:
+    return isinstance(x, float) and math.isfinite(x) and x > 0
+
+
+def test_bandwidth_and_flops_positive_and_plausible():
+    bw = measure_bandwidth(size_mb=8, repeats=2)
+    flops = measure_matmul_flops(n=128, repeats=2)
+    assert _finite_positive(bw) and 1e8 < bw < 1e13  # 0.1 GB/s .. 10 TB/s
+    assert _finite_positive(flops) and 1e7 < flops < 1e15
+
+
+def test_verify_curve_keys_and_values(model):
+    curve = measure_verify_curve(model, n_max=4, context=16, repeats=2)
+    assert list(curve) == [1, 2, 3, 4]
+    assert all(_finite_positive(t) for t in curve.values())
+    some = measure_verify_curve(model, context=8, repeats=1, ns=[3, 1])
+    assert list(some) == [3, 1] and all(_finite_positive(t) for t in some.values())
+
+
+def test_crop_to_restores_cache_length(model):
+    from transformers import DynamicCache
+
+    ids = torch.randint(0, 64, (1, 20), generator=torch.Generator().manual_seed(0))  # [1, 20]
+    with torch.inference_mode():
+        cache = DynamicCache(config=model.config)
+        model(input_ids=ids[:, :12], cache=cache, use_cache=True)
+        want = model(input_ids=ids[:, 12:13], position_ids=torch.tensor([[12]]), cache=cache, use_cache=True).logits
+        crop_to(cache, 12)
+        assert cache.get_seq_length() == 12
+        model(input_ids=ids[:, 12:20], position_ids=torch.arange(12, 20).unsqueeze(0), cache=cache, use_cache=True)
+        assert cache.get_seq_length() == 20
+        crop_to(cache, 12)
+        assert cache.get_seq_length() == 12
+        crop_to(cache, 12)  # no-op
+        assert cache.get_seq_length() == 12
+        # after the rollback, the same one-token forward sees the same context: same logits
+        again = model(input_ids=ids[:, 12:13], position_ids=torch.tensor([[12]]), cache=cache, use_cache=True).logits
+        assert torch.allclose(again, want, atol=1e-6)
+        with pytest.raises(ValueError, match="shorter"):
+            crop_to(cache, 30)
+
+
+def test_framework_overhead_positive():
+    assert _finite_positive(measure_framework_overhead(num_layers=1, context=8, repeats=2))
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"n_max": 0}, "n_max"),
+        ({"context": 0}, "context"),
+        ({"repeats": 0}, "repeats"),
+        ({"ns": []}, "ns"),
+        ({"ns": [0, 1]}, "ns"),
+        ({"n_max": 2.5}, "n_max"),
+    ],
+)
+def test_verify_curve_rejects_bad_arguments(model, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        measure_verify_curve(model, **kwargs)
+
+
+def test_bandwidth_flops_reject_bad_arguments():
+    with pytest.raises(ValueError, match="size_mb"):
+        measure_bandwidth(size_mb=0)
+    with pytest.raises(ValueError, match="repeats"):
+        measure_bandwidth(size_mb=1, repeats=0)
+    with pytest.raises(ValueError, match="n must"):
+        measure_matmul_flops(n=-3)
