@@ -1,0 +1,4 @@
+"""Benchmark suite: tasks (HumanEval code, generated math, user prompts), runner, metrics, report, CLI.
+
+Run ``python -m specdec_lesson.bench --help``.
+"""

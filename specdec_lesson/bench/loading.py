@@ -1,0 +1,199 @@
+"""Loading a model pair for the benchmark: presets, paths, the tiny test pair, draft fallbacks.
+
+Presets (``PAIRS``): ``default`` (SmolLM2-135M-Instruct and its shipped draft, offline), ``tiny``
+(random test models), ``llama3-8b-70b`` and ``qwen2.5-0.5b-7b`` (hub names: need the weights on
+disk or a reachable hub), or any ``--target``/``--draft`` pair sharing a tokenizer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from . import tasks as T
+
+__all__ = ["PAIRS", "CharTokenizer", "Loaded", "load_models"]
+
+PAIRS = {
+    "default": None, "tiny": None,
+    "llama3-8b-70b": ("meta-llama/Meta-Llama-3-70B-Instruct", "meta-llama/Meta-Llama-3-8B-Instruct"),
+    "qwen2.5-0.5b-7b": ("Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct"),
+}
+TINY_PROMPT_TOKENS = 48
+
+
+class CharTokenizer:
+    """Stand-in tokenizer for the tiny random test models (no vocabulary files exist for them)."""
+
+    chat_template = None
+
+    def __init__(self, vocab_size: int) -> None:
+        self.vocab_size = vocab_size
+
+    def encode(self, text: str) -> list[int]:
+        return [ord(c) % self.vocab_size for c in text][-TINY_PROMPT_TOKENS:]
+
+    def decode(self, ids, skip_special_tokens: bool = True) -> str:
+        return "".join(chr(32 + int(i) % 95) for i in ids)
+
+
+@dataclass
+class Loaded:
+    target: torch.nn.Module
+    draft: object  # a HF causal LM, a Drafter, or None
+    tokenizer: object
+    info: dict
+    notes: list[str] = field(default_factory=list)
+    eos_token_id: int | list[int] | None = None
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.target.parameters()).device
+
+    def encode(self, text: str) -> list[int]:
+        if isinstance(self.tokenizer, CharTokenizer):
+            return self.tokenizer.encode(text)
+        return self.tokenizer(T.chat(self.tokenizer, text), add_special_tokens=False)["input_ids"]
+
+    def hf_assistant(self, self_draft_layers: int = 8):
+        """The model HF assisted generation can run: the pair's draft if it is a HF causal LM, else
+        the causal LM inside a model drafter, else (a feature-level draft, or none) a self-draft made
+        of the target's first ``self_draft_layers`` layers and its head (untrained: low acceptance),
+        else None.  ``self.notes`` says which."""
+        from transformers import PreTrainedModel
+
+        if isinstance(self.draft, PreTrainedModel):
+            return self.draft
+        inner = getattr(self.draft, "model", None)
+        if isinstance(inner, PreTrainedModel):
+            return inner
+        if getattr(self, "_self_draft", None) is None:
+            self._self_draft = _self_draft(self.target, self_draft_layers)
+            if self._self_draft is not None:
+                why = f"the pair's draft ({type(self.draft).__name__}) is not" if self.draft is not None else "the pair has no"
+                self.notes.append(
+                    f"hf-assisted: {why} a Hugging Face causal LM, so it runs the best HF-runnable draft available: a "
+                    f"self-draft of the target's first {self_draft_layers} layers + its head (shared weights, untrained, "
+                    "low acceptance); it measures HF's assisted-generation machinery, not the pair's draft")
+        return self._self_draft
+
+
+def _self_draft(target, layers: int):
+    """A LlamaForCausalLM-like model sharing the target's embedding, first ``layers`` decoder layers,
+    final norm and head (no copy); None if the target has no ``model.layers`` to cut."""
+    import copy
+
+    body = getattr(target, "model", None)
+    if body is None or not hasattr(body, "layers") or layers >= len(body.layers):
+        return None
+    cfg = copy.deepcopy(target.config)
+    cfg.num_hidden_layers = layers
+    if getattr(cfg, "layer_types", None):
+        cfg.layer_types = cfg.layer_types[:layers]
+    with torch.device("meta"):
+        draft = type(target)(cfg)
+    draft.model.embed_tokens, draft.model.norm, draft.lm_head = body.embed_tokens, body.norm, target.lm_head
+    draft.model.layers = torch.nn.ModuleList(body.layers[:layers])
+    if hasattr(body, "rotary_emb"):
+        draft.model.rotary_emb = body.rotary_emb
+    draft.generation_config = copy.deepcopy(target.generation_config)
+    return draft.eval()
+
+
+def _pad_draft_vocab(target, draft, note: list[str]) -> None:
+    """Qwen2.5-style pairs: same tokenizer, but the target's embedding has more (padding) rows.
+    Extra draft rows are zero: the draft's law changes, exactness does not (any q is exact)."""
+    vt, vd = target.get_output_embeddings().weight.shape[0], draft.get_output_embeddings().weight.shape[0]
+    if vd < vt:
+        draft.resize_token_embeddings(vt, mean_resizing=False)
+        with torch.no_grad():
+            draft.get_output_embeddings().weight[vd:].zero_()
+            draft.get_input_embeddings().weight[vd:].zero_()
+        note.append(f"the draft's vocabulary was padded from {vd} to {vt} rows (zero rows; same tokenizer): lossless")
+
+
+def _load_hf_pair(target_name: str, draft_name: str, device, draft_device, dtype, target_device_map, notes) -> tuple:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ..models import check_same_vocab
+
+    def load(name, role, **kw):
+        try:
+            return AutoTokenizer.from_pretrained(name), AutoModelForCausalLM.from_pretrained(name, dtype=dtype, **kw)
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"cannot load the {role} model {name!r}: {str(exc).splitlines()[0]}") from None
+
+    ttok, target = load(target_name, "target", **({"device_map": target_device_map} if target_device_map else {}))
+    dtok, draft = load(draft_name, "draft")
+    if ttok.get_vocab() != dtok.get_vocab():
+        check_same_vocab(target, draft, ttok, dtok)  # raises, naming the difference
+    _pad_draft_vocab(target, draft, notes)
+    check_same_vocab(target, draft)
+    if not target_device_map:
+        target = target.to(device)
+    return target.eval(), draft.to(draft_device).eval(), ttok
+
+
+def load_models(pair: str | None = "default", target: str | None = None, draft: str | None = None, *,
+                device: str = "cpu", draft_device: str | None = None, dtype: str = "auto",
+                target_device_map: str | None = None) -> Loaded:
+    """Load a preset pair (see ``PAIRS``) or ``target``/``draft`` paths; one clear ValueError otherwise."""
+    from .. import models as M
+
+    draft_device = draft_device or device
+    notes: list[str] = []
+    if target or draft:
+        if not (target and draft):
+            raise ValueError("--target and --draft go together (or use --pair)")
+        pair = None
+    if pair is not None and pair not in PAIRS:
+        raise ValueError(f"unknown pair {pair!r}; choose from {', '.join(PAIRS)} or give --target/--draft")
+    tdtype = {"auto": None, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+    if dtype not in tdtype:
+        raise ValueError(f"unknown dtype {dtype!r}; choose from {', '.join(tdtype)}")
+    if pair == "tiny":
+        tgt, drf, _ = M.tiny_pair(dtype=tdtype[dtype] or torch.float32)
+        tok = CharTokenizer(tgt.config.vocab_size)
+        info = {"pair": "tiny", "target": "tiny_llama(hidden 32, 2 layers, seed 0)",
+                "draft": "tiny_llama(hidden 16, 1 layer, seed 1)"}
+        return Loaded(tgt.to(device), drf.to(draft_device), tok, info, notes, None)
+    if pair == "default":
+        if tdtype[dtype] not in (None, torch.float32):
+            raise ValueError("the default pair runs in float32 (bf16 is slow on these CPUs); drop --dtype")
+        tgt, tok = M.load_default_target(device=device, verbose=False)
+        drf, dname = _default_draft(tgt, notes)
+        if isinstance(drf, torch.nn.Module) and draft_device != device:
+            drf = drf.to(draft_device)
+        info = {"pair": "default", "target": M.DEFAULT_TARGET_NAME, "draft": dname}
+        return Loaded(tgt, drf, tok, info, notes, tok.eos_token_id)
+    tname, dname = (target, draft) if pair is None else PAIRS[pair]
+    ldtype = tdtype[dtype] or (torch.float32 if device == "cpu" and not target_device_map else torch.bfloat16)
+    tgt, drf, tok = _load_hf_pair(tname, dname, device, draft_device, ldtype, target_device_map, notes)
+    info = {"pair": pair or "custom", "target": tname, "draft": dname}
+    eos = getattr(getattr(tgt, "generation_config", None), "eos_token_id", None)  # e.g. Llama-3: end_of_text and eot_id
+    return Loaded(tgt, drf, tok, info, notes, eos if eos is not None else tok.eos_token_id)
+
+
+def _default_draft(target, notes: list[str]) -> tuple[object, str | None]:
+    """The shipped default draft for the default target (``models.load_default_draft`` or
+    ``eagle.load_default_draft``), or (None, None) with a note saying why not."""
+    import importlib
+
+    for module in ("models", "eagle"):
+        try:
+            mod = importlib.import_module(f"..{module}", __package__)
+        except ImportError:
+            continue
+        fn = getattr(mod, "load_default_draft", None)
+        if fn is None:
+            continue
+        try:
+            draft = fn(target)
+        except (OSError, KeyError, ValueError, RuntimeError) as exc:
+            notes.append(f"the default draft could not be loaded ({module}.load_default_draft: {str(exc).splitlines()[0]}): "
+                         "methods that need a draft cannot run")
+            return None, None
+        return draft, f"{module}.load_default_draft: {type(draft).__name__}"
+    notes.append("this checkout ships no default draft (no load_default_draft): methods that need a draft cannot run")
+    return None, None

@@ -1,0 +1,135 @@
+"""Benchmark metrics: from one record per (prompt, method, repeat) to per-prompt and per-task tables.
+
+A *run record* (what the runner stores in ``results["runs"]``) is a dict with at least
+``task``, ``prompt_id``, ``label`` (method and K, e.g. ``chain-k4``), ``repeat``, ``wall_s`` and
+``new_tokens``; engine methods add ``stats`` (the SpecStats counters ``accepted``, ``proposed``,
+``emitted``, ``row_steps``, ``accept_hist``, ``target_forwards``, ``draft_forwards``); repeat 0
+adds ``equal_ar`` (greedy: the same tokens as ``ar``), ``correct`` (math) and ``passed`` (code,
+with ``--check-code``).
+
+Definitions (all stated in the results file and the notebook):
+
+* per prompt: ``wall_s`` is the median over repeats, ``tokens_per_s`` the median of the
+  per-repeat ``new_tokens / wall_s``, and ``speedup`` = that over the ``ar`` value of the same
+  prompt in the same run;
+* per task: ``tokens_per_s`` = total tokens / total time over the prompts (per-prompt medians),
+  ``speedup`` = that over ``ar``'s (a throughput ratio, as in Spec-Bench), and
+  ``speedup_median`` = the median of the per-prompt speedups;
+* ``alpha`` = accepted / proposed drafts and ``tau`` = emitted tokens / verify steps, pooled over
+  all prompts and repeats (not an average of ratios); ``accept_hist`` summed;
+  ``target_forwards_per_token`` = target forwards / new tokens (prefill included);
+* ``accuracy``, ``equal_ar_rate`` and ``pass_at_1`` are fractions of the prompts (repeat 0).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+
+__all__ = ["median", "pooled_acceptance", "prompt_table", "task_table", "AR_LABEL"]
+
+AR_LABEL = "ar"
+
+
+def median(xs: Iterable[float]) -> float:
+    s = sorted(float(x) for x in xs)
+    if not s:
+        return float("nan")
+    m = len(s) // 2
+    return s[m] if len(s) % 2 else 0.5 * (s[m - 1] + s[m])
+
+
+def _rate(flags: list) -> float | None:
+    flags = [f for f in flags if f is not None]
+    return sum(bool(f) for f in flags) / len(flags) if flags else None
+
+
+def pooled_acceptance(stats: Iterable[dict | None]) -> dict:
+    """alpha, tau, summed accept_hist and forward counts over several SpecStats counter dicts."""
+    stats = [s for s in stats if s]
+    if not stats:
+        return {"alpha": None, "tau": None, "accept_hist": None, "target_forwards": None, "draft_forwards": None}
+    width = max(len(s.get("accept_hist") or []) for s in stats)
+    hist = [0] * width
+    for s in stats:
+        for i, c in enumerate(s.get("accept_hist") or []):
+            hist[i] += c
+    proposed = sum(s.get("proposed", 0) for s in stats)
+    steps = sum(s.get("row_steps", 0) for s in stats)
+    return {
+        "alpha": sum(s.get("accepted", 0) for s in stats) / proposed if proposed else None,
+        "tau": sum(s.get("emitted", 0) for s in stats) / steps if steps else None,
+        "accept_hist": hist if width else None,
+        "target_forwards": sum(s.get("target_forwards", 0) for s in stats),
+        "draft_forwards": sum(s.get("draft_forwards", 0) for s in stats),
+    }
+
+
+def _first(runs: list[dict], key: str):
+    for r in sorted(runs, key=lambda r: r["repeat"]):
+        if key in r:
+            return r[key]
+    return None
+
+
+def prompt_table(runs: Iterable[dict]) -> list[dict]:
+    """One row per (task, prompt_id, label): medians over repeats and the speedup over ``ar``."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in runs:
+        groups[(r["task"], r["prompt_id"], r["label"])].append(r)
+    rows = []
+    for (task, pid, label), rs in groups.items():
+        tps = [r["new_tokens"] / r["wall_s"] for r in rs if r["wall_s"] > 0]
+        acc = pooled_acceptance(r.get("stats") for r in rs)
+        tokens = sum(r["new_tokens"] for r in rs)
+        rows.append({
+            "task": task, "prompt_id": pid, "label": label, "method": rs[0].get("method", label), "k": rs[0].get("k"),
+            "repeats": len(rs), "wall_s": median(r["wall_s"] for r in rs), "new_tokens": median(r["new_tokens"] for r in rs),
+            "tokens_per_s": median(tps) if tps else float("nan"),
+            "alpha": acc["alpha"], "tau": acc["tau"], "accept_hist": acc["accept_hist"],
+            "target_forwards_per_token": (acc["target_forwards"] / tokens
+                                          if acc["target_forwards"] is not None and tokens else None),
+            "equal_ar": _first(rs, "equal_ar"), "correct": _first(rs, "correct"), "passed": _first(rs, "passed"),
+        })
+    ar = {(r["task"], r["prompt_id"]): r["tokens_per_s"] for r in rows if r["label"] == AR_LABEL}
+    for r in rows:
+        base = ar.get((r["task"], r["prompt_id"]))
+        r["speedup"] = r["tokens_per_s"] / base if base and base > 0 and not math.isnan(r["tokens_per_s"]) else None
+    rows.sort(key=lambda r: (r["task"], r["prompt_id"], r["label"]))
+    return rows
+
+
+def task_table(runs: Iterable[dict]) -> list[dict]:
+    """One row per (task, label), from the per-prompt medians (see the module docstring)."""
+    runs = list(runs)
+    prows = prompt_table(runs)
+    by: dict[tuple, list[dict]] = defaultdict(list)
+    for r in prows:
+        by[(r["task"], r["label"])].append(r)
+    raw: dict[tuple, list[dict]] = defaultdict(list)
+    for r in runs:
+        raw[(r["task"], r["label"])].append(r)
+    out = []
+    for (task, label), rs in by.items():
+        wall = sum(r["wall_s"] for r in rs)
+        toks = sum(r["new_tokens"] for r in rs)
+        acc = pooled_acceptance(r.get("stats") for r in raw[(task, label)])
+        all_tokens = sum(r["new_tokens"] for r in raw[(task, label)])
+        speedups = [r["speedup"] for r in rs if r["speedup"] is not None]
+        out.append({
+            "task": task, "label": label, "method": rs[0]["method"], "k": rs[0]["k"], "prompts": len(rs),
+            "wall_s": wall, "new_tokens": toks, "tokens_per_s": toks / wall if wall > 0 else float("nan"),
+            "speedup_median": median(speedups) if speedups else None,
+            "alpha": acc["alpha"], "tau": acc["tau"], "accept_hist": acc["accept_hist"],
+            "target_forwards_per_token": (acc["target_forwards"] / all_tokens
+                                          if acc["target_forwards"] is not None and all_tokens else None),
+            "accuracy": _rate([r["correct"] for r in rs]), "equal_ar_rate": _rate([r["equal_ar"] for r in rs]),
+            "pass_at_1": _rate([r["passed"] for r in rs]),
+        })
+    ar = {r["task"]: r["tokens_per_s"] for r in out if r["label"] == AR_LABEL}
+    for r in out:
+        base = ar.get(r["task"])
+        r["speedup"] = r["tokens_per_s"] / base if base and base > 0 else None
+    out.sort(key=lambda r: (r["task"], r["label"] != AR_LABEL, r["label"]))
+    return out

@@ -1,0 +1,108 @@
+"""Benchmark report: a text table for the terminal and plotly charts saved as one small HTML file.
+
+Charts: speedup over ``ar`` by task and method, alpha by task and method, the accepted-length
+histograms, tokens/s.  The HTML loads plotly.js from its CDN (``include_plotlyjs='cdn'``), so the
+file stays small (tens of kB); open it with a network connection, or re-plot from the JSON.
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+__all__ = ["format_table", "make_figures", "write_html", "committed_results", "RESULTS_DIR"]
+
+RESULTS_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+
+
+def _fmt(x, spec: str) -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def format_table(results: dict) -> str:
+    """Per task and method: tokens/s, speedup (throughput ratio and median per prompt), alpha, tau,
+    target forwards per token, accuracy / pass@1 and greedy equality with ar."""
+    head = (f"{'task':8} {'method':22} {'n':>3} {'tok/s':>8} {'speedup':>8} {'med':>6} {'alpha':>6} {'tau':>5} "
+            f"{'fwd/tok':>7} {'acc':>5} {'pass':>5} {'=ar':>5}")
+    lines = [head, "-" * len(head)]
+    for r in results["per_task"]:
+        lines.append(
+            f"{r['task']:8} {r['label']:22} {r['prompts']:>3} {_fmt(r['tokens_per_s'], '8.2f')} {_fmt(r['speedup'], '7.2f')}x "
+            f"{_fmt(r['speedup_median'], '5.2f')}x {_fmt(r['alpha'], '6.3f')} {_fmt(r['tau'], '5.2f')} "
+            f"{_fmt(r['target_forwards_per_token'], '7.3f')} {_fmt(r['accuracy'], '5.2f')} {_fmt(r['pass_at_1'], '5.2f')} "
+            f"{_fmt(r['equal_ar_rate'], '5.2f')}"
+        )
+    return "\n".join(lines)
+
+
+def make_figures(results: dict) -> list:
+    """plotly figures: speedup and alpha per task/method, accepted-length histograms, tokens/s."""
+    import plotly.graph_objects as go
+
+    rows = results["per_task"]
+    tasks = sorted({r["task"] for r in rows})
+    labels = [lab["label"] for lab in results["labels"] if any(r["label"] == lab["label"] for r in rows)]
+
+    def bars(key: str, title: str, ytitle: str, skip_ar: bool = False):
+        fig = go.Figure()
+        for label in labels:
+            if skip_ar and label == "ar":
+                continue
+            ys = [next((r[key] for r in rows if r["task"] == t and r["label"] == label), None) for t in tasks]
+            if all(y is None for y in ys):
+                continue
+            fig.add_bar(name=label, x=tasks, y=ys, text=[_fmt(y, ".2f") for y in ys], textposition="outside")
+        fig.update_layout(title=title, barmode="group", yaxis_title=ytitle, xaxis_title="task", height=380)
+        return fig
+
+    figs = [bars("speedup", "Speedup over plain decoding (ar), same run", "tokens/s ratio")]
+    figs[0].add_hline(y=1.0, line_dash="dash", line_color="gray")
+    figs.append(bars("alpha", "Acceptance rate alpha (accepted / proposed drafts)", "alpha", skip_ar=True))
+    hist = go.Figure()
+    for r in rows:
+        h = r.get("accept_hist")
+        if not h or r["label"] == "ar" or sum(h) == 0:
+            continue
+        total = sum(h)
+        hist.add_bar(name=f"{r['task']} {r['label']}", x=list(range(len(h))), y=[c / total for c in h])
+    hist.update_layout(title="Accepted drafts per verify step (fraction of steps)", barmode="group",
+                       xaxis_title="accepted drafts n", yaxis_title="fraction", height=380)
+    figs.append(hist)
+    figs.append(bars("tokens_per_s", "Throughput", "new tokens / s"))
+    return figs
+
+
+def write_html(results: dict, path: str | Path) -> Path:
+    """One HTML page: settings, the table, the charts (plotly.js from the CDN, loaded once)."""
+    path = Path(path)
+    parts = []
+    for i, fig in enumerate(make_figures(results)):
+        parts.append(fig.to_html(full_html=False, include_plotlyjs="cdn" if i == 0 else False))
+    pair, m, s = results["pair"], results["machine"], results["settings"]
+    meta = (f"pair: {pair.get('target')} / draft {pair.get('draft')} | device {results.get('device')} | "
+            f"torch {m.get('torch')}, transformers {m.get('transformers')} | {m.get('processor')}, {m.get('cpu_count')} CPUs "
+            f"{', '.join(m.get('gpus') or [])} | git {(results.get('git') or {}).get('revision')} | "
+            f"max_new_tokens {s['max_new_tokens']}, temperature {s['temperature']}, repeats {s['repeats']}")
+    notes = "".join(f"<li>{html.escape(n)}</li>" for n in results.get("notes", []))
+    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>specdec benchmark</title></head><body>"
+            f"<h1>Speculative decoding benchmark</h1><p>{html.escape(meta)}</p><ul>{notes}</ul>"
+            f"<pre>{html.escape(format_table(results))}</pre>{''.join(parts)}</body></html>")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(page, encoding="utf-8")
+    return path
+
+
+def committed_results(folder: str | Path = RESULTS_DIR) -> list[dict]:
+    """Every complete results file ``bench_*.json`` in ``folder``, newest first (by ``created``);
+    interrupted (``.partial``) or unreadable files are skipped."""
+    from .runner import load_results
+
+    found = []
+    for path in sorted(Path(folder).glob("bench_*.json")):
+        try:
+            res = load_results(path)
+        except ValueError:
+            continue
+        res["_path"] = str(path)
+        found.append(res)
+    return sorted(found, key=lambda r: r.get("created", ""), reverse=True)

@@ -1,0 +1,342 @@
+"""Benchmark runner: load a model pair, run every method on the same prompts, write a results file.
+
+Fairness rules: every method sees the same chat-formatted prompts, ``max_new_tokens``, sampling
+settings and seeds (seed per prompt and repeat, shared by the methods); runs are interleaved
+(for each prompt and repeat, every method once, in an order rotated from one call to the next,
+so slow drift of the machine spreads over all methods); warm-up calls are made and discarded;
+per-prompt figures are medians over repeats (see ``metrics``).  Batch size is 1 (one prompt
+per call), the setting of Spec-Bench and of HF assisted generation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import torch
+
+from . import tasks as T
+from .loading import PAIRS, CharTokenizer, Loaded, load_models
+from .metrics import AR_LABEL, prompt_table, task_table
+
+__all__ = ["METHODS", "PAIRS", "BenchSettings", "Loaded", "load_models", "run_benchmark", "write_results", "load_results",
+           "check_code_reply", "CharTokenizer", "machine_info"]
+
+METHODS = ("ar", "chain", "tree", "prompt-lookup", "hf", "hf-assisted", "hf-prompt-lookup")
+K_METHODS = {"chain", "prompt-lookup", "hf-assisted", "hf-prompt-lookup"}  # tree: the StaticTree default shape
+RESULTS_FORMAT = "specdec-bench/1"
+
+
+@dataclass
+class BenchSettings:
+    tasks: list[str] = field(default_factory=lambda: ["code", "math"])
+    methods: list[str] = field(default_factory=lambda: ["ar", "chain", "prompt-lookup", "hf", "hf-assisted", "hf-prompt-lookup"])
+    ks: list[int] = field(default_factory=lambda: [4])
+    max_new_tokens: int = 128
+    temperature: float = 0.0
+    top_k: int | None = None
+    top_p: float | None = None
+    repeats: int = 3
+    warmup: int = 1
+    limit: int | None = None
+    seed: int = 0
+    prompts_file: str | None = None
+    check_code: bool = False
+    prompt_lookup_ngram: int = 3
+    hf_assistant_layers: int = 8
+
+    def validate(self) -> None:
+        for t in self.tasks:
+            if t not in T.TASKS:
+                raise ValueError(f"unknown task {t!r}; choose from {', '.join(T.TASKS)}")
+        for m in self.methods:
+            if m not in METHODS:
+                raise ValueError(f"unknown method {m!r}; choose from {', '.join(METHODS)}")
+        if not self.ks or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in self.ks):
+            raise ValueError(f"every K must be an integer >= 1, got {self.ks}")
+        for name in ("max_new_tokens", "repeats"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.warmup < 0 or (self.limit is not None and self.limit < 1):
+            raise ValueError("warmup must be >= 0 and limit >= 1")
+        from ..sampling import check_sampling_args
+
+        check_sampling_args(self.temperature, self.top_k, self.top_p)
+
+    def labels(self) -> list[tuple[str, str, int | None]]:
+        """(label, method, k) for every method and K; ``ar`` first (every speedup needs it)."""
+        methods = ["ar"] + [m for m in self.methods if m != "ar"]
+        out = []
+        for m in methods:
+            if m in K_METHODS:
+                out += [(f"{m}-k{k}", m, k) for k in self.ks]
+            else:
+                out.append((m, m, None))
+        return out
+
+
+# ----------------------------------------------------------------------------------- methods
+def _sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def _stats_dict(stats) -> dict:
+    keys = ("k", "accepted", "proposed", "emitted", "row_steps", "target_forwards", "draft_forwards",
+            "time_prefill", "time_draft", "time_verify", "time_other")
+    d = {key: getattr(stats, key) for key in keys}
+    d["accept_hist"] = list(stats.accept_hist)
+    return d
+
+
+def _cut_eos(tokens: list[int], eos) -> list[int]:
+    eos = set(eos if isinstance(eos, (list, tuple)) else [] if eos is None else [eos])
+    for i, t in enumerate(tokens):
+        if t in eos:
+            return tokens[: i + 1]
+    return tokens
+
+
+def _tree_generate():
+    try:
+        from .. import tree
+    except ImportError:
+        tree = None
+    fn = getattr(tree, "tree_generate", None)
+    if fn is None:
+        raise ValueError("method 'tree' needs specdec_lesson.tree.tree_generate, which this checkout does not provide yet")
+    return fn
+
+
+def _run_one(loaded: Loaded, method: str, k: int | None, ids: list[int], s: BenchSettings,
+             seed: int) -> tuple[list[int], dict | None]:
+    from ..drafters import PromptLookupDrafter
+    from ..speculative import autoregressive_generate, speculative_generate
+
+    dev = loaded.device
+    x = torch.tensor([ids], dtype=torch.long, device=dev)  # [1, L]
+    samp = dict(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p)
+    if method in ("ar", "chain", "prompt-lookup", "tree"):
+        gen = torch.Generator(device=dev).manual_seed(seed)
+        if method == "ar":
+            toks, stats = autoregressive_generate(loaded.target, x, s.max_new_tokens, **samp, generator=gen,
+                                                  eos_token_id=loaded.eos_token_id)
+        elif method == "tree":
+            toks, stats = _tree_generate()(loaded.target, loaded.draft, x, s.max_new_tokens, **samp, generator=gen,
+                                           eos_token_id=loaded.eos_token_id)  # the default StaticTree shape
+        else:
+            draft = loaded.draft if method == "chain" else PromptLookupDrafter(max_ngram=s.prompt_lookup_ngram)
+            toks, stats = speculative_generate(loaded.target, draft, x, s.max_new_tokens, k=k, **samp, generator=gen,
+                                               eos_token_id=loaded.eos_token_id)
+        return toks[0].tolist(), _stats_dict(stats)
+    # Hugging Face generate: its sampling draws from the global RNG, seeded per call (same seed for every method)
+    eos = loaded.eos_token_id
+    pad = (eos[0] if isinstance(eos, (list, tuple)) else eos) if eos is not None else 0
+    kw: dict = dict(max_new_tokens=s.max_new_tokens, do_sample=s.temperature > 0, attention_mask=torch.ones_like(x),
+                    eos_token_id=eos, pad_token_id=pad)
+    if s.temperature > 0:
+        kw.update(temperature=s.temperature, top_k=s.top_k or 0, top_p=s.top_p if s.top_p is not None else 1.0)
+    else:
+        kw.update(temperature=None, top_k=None, top_p=None)
+    if method == "hf-assisted":
+        assistant = loaded.hf_assistant(s.hf_assistant_layers)
+        cfg = assistant.generation_config
+        cfg.num_assistant_tokens, cfg.num_assistant_tokens_schedule = k, "constant"
+        cfg.assistant_confidence_threshold = 0.0  # no early stop: exactly K drafts per round, like ours
+        kw["assistant_model"] = assistant
+    elif method == "hf-prompt-lookup":
+        kw.update(prompt_lookup_num_tokens=k, max_matching_ngram_size=s.prompt_lookup_ngram)
+    torch.manual_seed(seed)
+    out = loaded.target.generate(x, **kw)  # [1, L + new]
+    return _cut_eos(out[0, x.shape[1]:].tolist(), loaded.eos_token_id), None
+
+
+def check_code_reply(problem: dict, reply: str, timeout: float = 10.0) -> bool:
+    """HumanEval pass@1 for one reply: its first Python code block (or the whole reply), run with
+    the problem's tests in a fresh ``python`` subprocess under a timeout.  This executes
+    model-written code: it is opt-in (``--check-code``)."""
+    import re
+
+    blocks = re.findall(r"```(?:python|py)?\s*\n(.*?)```", reply, flags=re.DOTALL)
+    code = blocks[0] if blocks else reply
+    if f"def {problem['entry_point']}" not in code:
+        code = problem["prompt"] + code
+    program = f"{code}\n\n{problem['test']}\n\ncheck({problem['entry_point']})\n"
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "check.py"
+        path.write_text(program)
+        try:
+            res = subprocess.run([sys.executable, "-I", str(path)], cwd=tmp, capture_output=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return False
+    return res.returncode == 0
+
+
+# ------------------------------------------------------------------------------------- run
+def _seed(s: BenchSettings, task_index: int, prompt_index: int, repeat: int) -> int:
+    return s.seed * 10_000_000 + task_index * 1_000_000 + prompt_index * 100 + repeat
+
+
+def _check_methods(loaded: Loaded, labels) -> None:
+    methods = {m for _, m, _ in labels}
+    if loaded.draft is None and methods & {"chain", "tree"}:
+        raise ValueError(f"methods {sorted(methods & {'chain', 'tree'})} need a draft model, and this pair has none "
+                         "(use --method ar,prompt-lookup,hf,hf-prompt-lookup, or another --pair)")
+    if "tree" in methods:
+        _tree_generate()
+    if "hf-assisted" in methods:
+        assistant = loaded.hf_assistant()
+        if assistant is None:
+            raise ValueError("method 'hf-assisted' needs a Hugging Face causal LM draft, and this pair has none "
+                             f"(draft: {type(loaded.draft).__name__})")
+        if assistant is not loaded.draft and getattr(loaded.draft, "model", None) is assistant:
+            loaded.notes.append(f"hf-assisted uses the causal LM inside the pair's {type(loaded.draft).__name__} "
+                                f"({type(assistant).__name__})")
+
+
+def run_benchmark(loaded: Loaded, s: BenchSettings, *, progress: bool = True) -> dict:
+    """Run every (task, prompt, repeat, method); return the results dict (see ``write_results``)."""
+    from tqdm.auto import tqdm
+
+    s.validate()
+    labels = s.labels()
+    _check_methods(loaded, labels)
+    items = {t: T.task_items(t, s.limit, s.prompts_file) for t in s.tasks}
+    encoded = {t: [loaded.encode(it["text"]) for it in its] for t, its in items.items()}
+    runs: list[dict] = []
+    results = _header(loaded, s, labels)
+    first = next(t for t in s.tasks if items[t])
+    for _ in range(s.warmup):  # excluded from the results
+        for _label, method, k in labels:
+            _run_one(loaded, method, k, encoded[first][0], s, seed=s.seed)
+    total = sum(len(v) for v in items.values()) * s.repeats * len(labels)
+    bar = tqdm(total=total, desc="bench", disable=not progress, file=sys.stderr)
+    try:
+        for ti, task in enumerate(s.tasks):
+            for pi, (item, ids) in enumerate(zip(items[task], encoded[task])):
+                ar_tokens = None
+                for r in range(s.repeats):
+                    shift = (pi * s.repeats + r) % len(labels)
+                    order = labels[shift:] + labels[:shift]
+                    for label, method, k in order:
+                        seed = _seed(s, ti, pi, r)
+                        _sync()
+                        t0 = time.perf_counter()
+                        toks, stats = _run_one(loaded, method, k, ids, s, seed)
+                        _sync()
+                        wall = time.perf_counter() - t0
+                        rec = {"task": task, "prompt_id": item["id"], "label": label, "method": method, "k": k, "repeat": r,
+                               "seed": seed, "prompt_tokens": len(ids), "wall_s": wall, "new_tokens": len(toks), "stats": stats}
+                        if r == 0:
+                            rec["tokens"] = toks
+                            rec["text"] = loaded.tokenizer.decode(toks, skip_special_tokens=True)
+                            if task == "math":
+                                rec["correct"] = T.answer_matches(rec["text"], item["answer"])
+                            if task == "code" and s.check_code:
+                                rec["passed"] = check_code_reply(item["problem"], rec["text"])
+                        runs.append(rec)
+                        bar.update(1)
+                    if r == 0:
+                        ar_tokens = next(x["tokens"] for x in runs[-len(labels):] if x["label"] == AR_LABEL)
+                        for x in runs[-len(labels):]:
+                            x["equal_ar"] = (x["tokens"] == ar_tokens) if s.temperature == 0 else None
+                            del x["tokens"]
+    except KeyboardInterrupt:
+        results["runs"] = runs
+        results["interrupted"] = True
+        return results
+    finally:
+        bar.close()
+    results["runs"] = runs
+    results["per_prompt"] = prompt_table(runs)
+    results["per_task"] = task_table(runs)
+    results["complete"] = True
+    return results
+
+
+def _git_revision() -> dict:
+    root = Path(__file__).resolve().parents[2]
+    try:
+        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True,
+                               text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return {"revision": None, "dirty": None}
+    return {"revision": rev or None, "dirty": bool(dirty)}
+
+
+def machine_info() -> dict:
+    import transformers
+
+    info = {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "python": platform.python_version(),
+            "torch": torch.__version__, "transformers": transformers.__version__, "cuda": torch.version.cuda,
+            "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+            if torch.cuda.is_available() else []}
+    return info
+
+
+def _header(loaded: Loaded, s: BenchSettings, labels) -> dict:
+    return {
+        "format": RESULTS_FORMAT, "complete": False, "engine": "native",
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": machine_info(), "git": _git_revision(), "pair": loaded.info, "device": str(loaded.device),
+        "settings": asdict(s), "labels": [{"label": a, "method": m, "k": k} for a, m, k in labels],
+        "definitions": "see specdec_lesson/bench/metrics.py: per-prompt medians over repeats; task speedup = "
+                       "task tokens/s over ar's (throughput ratio); alpha, tau pooled",
+        "notes": loaded.notes,
+    }
+
+
+def write_results(results: dict, path: str | Path) -> Path:
+    """Write JSON atomically (temporary file in the same folder, fsync, rename): a reader sees the
+    old file or the whole new one, never a truncated file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(_clean(results), fh, indent=1, allow_nan=False)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+def _clean(obj):
+    """NaN/inf -> None, so the file is strict JSON."""
+    if isinstance(obj, float) and (obj != obj or obj in (float("inf"), float("-inf"))):
+        return None
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+def load_results(path: str | Path) -> dict:
+    """Read a results file; ValueError if it is not one, or is from an interrupted run."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"results file {str(path)!r} does not exist")
+    try:
+        res = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path} is not a readable JSON results file ({exc})") from None
+    if not isinstance(res, dict) or res.get("format") != RESULTS_FORMAT:
+        raise ValueError(f"{path} is not a {RESULTS_FORMAT} results file")
+    if res.get("complete") is not True:
+        raise ValueError(f"{path} comes from an interrupted run (complete is not true)")
+    return res
