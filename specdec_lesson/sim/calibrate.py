@@ -1,0 +1,153 @@
+"""Calibrating the simulator on measurements of a real pair, and predicting the speedup of a real run.
+
+A :class:`Profile` holds what the prediction needs, all measured on the machine that runs the engine:
+
+* ``verify_curve``: T(n), seconds of one target forward over n new tokens (n = 1..16) after a KV cache,
+  from :func:`specdec_lesson.profiling.measure_verify_curve`;
+* ``t_draft``: seconds per draft forward (one drafted token for all rows);
+* ``alpha``: the acceptance rate, from the engine's :class:`~specdec_lesson.stats.SpecStats`;
+* ``overhead``: seconds per speculative step spent outside the draft and verify forwards (sampling,
+  verification arithmetic, cache bookkeeping, Python);
+* ``t_baseline`` (optional): seconds per token of plain decoding; T(1) when absent.
+
+Prediction (chain, K drafts)::
+
+    predicted = E[tokens](alpha, K) * t_baseline / (K * t_draft + T(K + 1) + overhead)
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ..stats import SpecStats
+from ..theory import expected_tokens
+
+__all__ = ["Profile", "profile_from_stats", "predict_speedup", "measure_profile", "save_calibration", "load_calibration",
+           "default_calibration_path"]
+
+
+@dataclass
+class Profile:
+    verify_curve: dict[int, float]
+    t_draft: float
+    alpha: float
+    overhead: float = 0.0
+    t_baseline: float | None = None
+    notes: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        curve = {int(n): float(t) for n, t in dict(self.verify_curve).items()}
+        if 1 not in curve or any(t <= 0 for t in curve.values()):
+            raise ValueError(f"verify_curve needs T(1) and positive times, got {self.verify_curve!r}")
+        self.verify_curve = dict(sorted(curve.items()))
+        if not (0.0 <= self.alpha <= 1.0):
+            raise ValueError(f"alpha must lie in [0, 1], got {self.alpha!r}")
+        if self.t_draft < 0 or self.overhead < 0:
+            raise ValueError(f"t_draft and overhead must be >= 0, got {self.t_draft!r}, {self.overhead!r}")
+
+    def T(self, n: int) -> float:
+        """T(n), linearly interpolated between measured n (and extrapolated from the last two beyond)."""
+        ns = list(self.verify_curve)
+        if n in self.verify_curve:
+            return self.verify_curve[n]
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        lo = max([m for m in ns if m < n], default=ns[0])
+        hi = min([m for m in ns if m > n], default=None)
+        if hi is None:
+            if len(ns) == 1:
+                return self.verify_curve[lo]
+            lo, hi = ns[-2], ns[-1]
+        t_lo, t_hi = self.verify_curve[lo], self.verify_curve[hi]
+        return t_lo + (t_hi - t_lo) * (n - lo) / (hi - lo)
+
+    @property
+    def c(self) -> float:
+        return self.t_draft / self.T(1)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["verify_curve"] = {str(n): t for n, t in self.verify_curve.items()}
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> Profile:
+        return cls(**{k: d[k] for k in ("verify_curve", "t_draft", "alpha", "overhead", "t_baseline", "notes") if k in d})
+
+
+def predict_speedup(profile: Profile, k: int, alpha: float | None = None) -> float:
+    """E[tokens](alpha, K) * t_baseline / (K * t_draft + T(K + 1) + overhead)."""
+    a = profile.alpha if alpha is None else alpha
+    base = profile.t_baseline if profile.t_baseline is not None else profile.T(1)
+    return expected_tokens(a, k) * base / (k * profile.t_draft + profile.T(k + 1) + profile.overhead)
+
+
+def profile_from_stats(stats: SpecStats, verify_curve: Mapping[int, float], *, baseline: SpecStats | None = None,
+                       t_draft: float | None = None, batch: int = 1, steps: int | None = None) -> Profile:
+    """A profile from one speculative run's counters (``speculative_generate``) plus a measured verify curve.
+
+    * alpha = ``stats.alpha`` (accepted / proposed drafts);
+    * t_draft = ``stats.time_draft / (stats.proposed / batch)``: seconds per decode-time draft forward
+      (``proposed`` counts drafts per row; the draft's prompt prefill is in neither number), unless given;
+    * overhead = ``stats.time_other / steps``, steps = ``stats.row_steps / batch`` unless given;
+    * t_baseline = (time_verify + time_other) of a plain run (``autoregressive_generate``'s stats, ``baseline``)
+      per emitted token of a row, times ``batch``: seconds per plain decode step; else None (T(1) is used).
+
+    ``batch`` is the number of rows; the per-step figures are exact when every row stays active until the end
+    (always for batch 1); otherwise pass ``steps`` / ``t_draft`` explicitly.
+    """
+    if stats.proposed == 0 or stats.row_steps == 0:
+        raise ValueError("stats has no proposed drafts: pass the SpecStats of a speculative run")
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"batch must be an integer >= 1, got {batch!r}")
+    n_steps = steps if steps is not None else stats.row_steps / batch
+    if n_steps <= 0:
+        raise ValueError(f"steps must be > 0, got {n_steps}")
+    if t_draft is None:
+        t_draft = stats.time_draft / (stats.proposed / batch)
+    t_base = None
+    if baseline is not None:
+        decode_time = baseline.time_draft + baseline.time_verify + baseline.time_other
+        if baseline.emitted <= 0 or decode_time <= 0:
+            raise ValueError("baseline stats hold no decode time or emitted tokens")
+        t_base = decode_time * batch / baseline.emitted
+    notes = {"k": stats.k, "steps": n_steps, "emitted": stats.emitted, "tau": stats.tau, "batch": batch,
+             "time_verify_per_step": stats.time_verify / n_steps}
+    return Profile(dict(verify_curve), float(t_draft), float(stats.alpha), stats.time_other / n_steps, t_base, notes)
+
+
+def measure_profile(target, draft_seconds_per_token: float, alpha: float, *, n_max: int = 16, context: int = 128,
+                    repeats: int = 5, ns=None, overhead: float = 0.0) -> Profile:
+    """Measure the target's verify curve live (``profiling.measure_verify_curve``) and wrap it in a profile."""
+    from ..profiling import measure_verify_curve  # written by the profiling module's owner
+
+    kw = {"ns": ns} if ns is not None else {}
+    curve = measure_verify_curve(target, n_max=n_max, context=context, repeats=repeats, **kw)
+    return Profile(curve, draft_seconds_per_token, alpha, overhead, notes={"context": context, "repeats": repeats})
+
+
+def default_calibration_path() -> Path:
+    """``benchmarks/results/calibration.json`` of the repository (found from the package, not the cwd)."""
+    return Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "calibration.json"
+
+
+def save_calibration(path: str | Path, profile: Profile, k: int, measured_speedup: float | None = None, **extra) -> dict:
+    """Write ``{"profile": ..., "k": K, "predicted_speedup": ..., "measured_speedup": ..., **extra}`` as JSON."""
+    record = {"profile": profile.to_dict(), "k": int(k), "predicted_speedup": predict_speedup(profile, k),
+              "measured_speedup": measured_speedup, **extra}
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(record, indent=2) + "\n")
+    return record
+
+
+def load_calibration(path: str | Path | None = None) -> dict | None:
+    """The record written by :func:`save_calibration` (``profile`` rebuilt as a :class:`Profile`), or None."""
+    p = Path(path) if path is not None else default_calibration_path()
+    if not p.exists():
+        return None
+    record = json.loads(p.read_text())
+    record["profile"] = Profile.from_dict(record["profile"])
+    return record
