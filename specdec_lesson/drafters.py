@@ -59,7 +59,7 @@ class ModelDrafter(Drafter):
         self.state = SlotCache(self.model, B, prompt_ids.device, paged=self.paged)
         holes = not bool(prompt_mask.all())
         if L > 1:
-            self.state.forward(prompt_ids[:, :-1], prompt_mask[:, :-1], has_holes=holes)
+            self.state.forward(prompt_ids[:, :-1], prompt_mask[:, :-1], has_holes=holes, logits_to_keep=1)
             self.forwards += 1
         self.pending = prompt_ids[:, -1:]  # [B, 1]
         self.pending_valid = torch.ones_like(self.pending, dtype=torch.bool)
@@ -76,12 +76,17 @@ class ModelDrafter(Drafter):
             if j == 0:
                 self.mark = self.state.num_slots  # slots after the pending block hold d_1..d_{K-1}
             q = sampling.probs(as_float(logits[:, -1]))  # [B, V]
-            tok = q.argmax(-1) if sampling.greedy else sample_from_probs(q, generator)  # [B]
+            tok = self.pick(q, sampling, generator)  # [B]
             tokens.append(tok)
             probs.append(q)
             inp, valid, holes = tok[:, None], None, False
         self.last_tokens = torch.stack(tokens, 1)  # [B, K]
         return self.last_tokens, torch.stack(probs, 1)  # [B, K], [B, K, V]
+
+    @staticmethod
+    def pick(q: torch.Tensor, sampling: SamplingConfig, generator: torch.Generator | None) -> torch.Tensor:
+        """Draw each row's draft token from its law ``q [B, V]`` (the argmax of a one-hot q when greedy)."""
+        return q.argmax(-1) if sampling.greedy else sample_from_probs(q, generator)
 
     def commit(self, num_accepted: torch.Tensor, next_token: torch.Tensor, target_hidden: torch.Tensor | None) -> None:
         k = self.last_tokens.shape[1]
@@ -100,6 +105,48 @@ class ModelDrafter(Drafter):
             self.pending_valid = torch.ones_like(self.pending, dtype=torch.bool)
             self.pending_holes = False
 
+
+    # ------------------------------------------------------------------ token trees (tree.py, batch size 1)
+
+    @torch.inference_mode()
+    def tree_expand(self, tree, nodes: list[int]) -> torch.Tensor:
+        """Draft logits ``[len(nodes), V]`` after each of ``nodes`` of a tree being built.
+
+        ``[0]`` (the root) feeds the pending block (the root is its last token); later levels
+        feed their nodes in one forward where each sees the committed prefix, its ancestors'
+        slots and itself (:meth:`SlotCache.forward_tree`), at position root + depth."""
+        if self.state.valid.shape[0] != 1:
+            raise ValueError("tree drafting supports batch size 1 only")
+        if nodes == [0]:
+            logits, _ = self.state.forward(self.pending, self.pending_valid, has_holes=self.pending_holes)
+            self.forwards += 1
+            self.tree_mark = self.state.num_slots  # tree nodes' slots start here
+            self.tree_root_pos = int(self.state.lengths[0]) - 1
+            self.tree_slots: dict[int, int] = {}  # build-time node id -> slot offset from tree_mark
+            return logits[0, -1:]  # [1, V]
+        fed, n = len(self.tree_slots), len(nodes)
+        visible = torch.zeros(n, fed + n, dtype=torch.bool)  # [n, fed + n]
+        for i, v in enumerate(nodes):
+            for a in tree.ancestors(tree.parents[v]):
+                visible[i, self.tree_slots[tree.source[a]]] = True  # KeyError: an ancestor was never fed
+        dev = self.pending.device
+        tokens = torch.tensor([[tree.tokens[v] for v in nodes]], dtype=torch.long, device=dev)  # [1, n]
+        positions = torch.tensor([[self.tree_root_pos + tree.depths[v] for v in nodes]], device=dev)  # [1, n]
+        logits, _ = self.state.forward_tree(tokens, self.tree_mark, visible[None].to(dev), positions)  # [1, n, V]
+        self.forwards += 1
+        for i, v in enumerate(nodes):
+            self.tree_slots[tree.source[v]] = fed + i
+        return logits[0]
+
+    def commit_tree(self, tree, path: list[int], next_token: int, target_hidden: torch.Tensor | None = None) -> None:
+        """Keep the accepted path's fed nodes (compacted to contiguous slots), drop the rest; the
+        path's unfed tail (at most its last node) and ``next_token`` become the pending block."""
+        keep = [self.tree_slots[tree.source[a]] for a in path if tree.source[a] in self.tree_slots]
+        self.state.compact(self.tree_mark, [keep])
+        dev = self.pending.device
+        self.pending = torch.tensor([[tree.tokens[a] for a in path[len(keep):]] + [int(next_token)]], device=dev)  # [1, P]
+        self.pending_valid = torch.ones_like(self.pending, dtype=torch.bool)
+        self.pending_holes = False
 
 class PromptLookupDrafter(Drafter):
     """Prompt lookup decoding: find the latest earlier occurrence of the last n tokens

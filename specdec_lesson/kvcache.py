@@ -48,10 +48,11 @@ class BlockTable:
 
     def reserve(self, seq: int, new_length: int) -> None:
         """Make sequence ``seq`` hold ``new_length`` tokens, allocating blocks as needed."""
-        table = self.tables.setdefault(seq, [])
+        table = self.tables.get(seq, [])
         need = self.blocks_for(new_length) - len(table)
-        if need > len(self.free):
+        if need > len(self.free):  # checked before registering seq: a failed call changes nothing
             raise RuntimeError(f"paged KV cache out of blocks: need {need}, {len(self.free)} free of {self.num_blocks}")
+        self.tables[seq] = table
         for _ in range(max(need, 0)):
             table.append(self.free.pop())
         self.lengths[seq] = max(self.lengths.get(seq, 0), new_length)
@@ -204,8 +205,12 @@ class SlotCache:
     def forward(
         self, tokens: torch.Tensor, new_valid: torch.Tensor | None = None, *, has_holes: bool = False,
         block_mask: torch.Tensor | None = None, positions: torch.Tensor | None = None, output_hidden: bool = False,
+        logits_to_keep: int = 0,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Feed ``tokens [B, n]``; returns ``(logits [B, n, V], hidden [B, n, H] or None)``."""
+        """Feed ``tokens [B, n]``; returns ``(logits [B, n, V], hidden [B, n, H] or None)``.
+
+        ``logits_to_keep=m > 0`` computes logits for the last m positions only (a prefill needs
+        none of the 49152-wide rows of its prompt tokens); hidden states are always complete."""
         B, n = tokens.shape
         if new_valid is None:
             new_valid = torch.ones(B, n, dtype=torch.bool, device=tokens.device)
@@ -227,9 +232,10 @@ class SlotCache:
             allowed = torch.cat([past, (inner & new_valid[:, None, :]) | eye], dim=2)  # [B, n, S_old + n]
             mask = torch.zeros(B, 1, n, S_old + n, dtype=self.dtype, device=tokens.device)
             mask.masked_fill_(~allowed[:, None], torch.finfo(self.dtype).min)  # [B, 1, n, S]
+        kw = {"logits_to_keep": logits_to_keep} if logits_to_keep else {}
         out = self.model(
             input_ids=tokens, attention_mask=mask, position_ids=positions, cache=self.cache,
-            use_cache=True, output_hidden_states=output_hidden,
+            use_cache=True, output_hidden_states=output_hidden, **kw,
         )
         self.valid = valid
         self.lengths = self.lengths + new_valid.long().sum(1)
@@ -248,5 +254,78 @@ class SlotCache:
         offs = torch.arange(n, device=self.valid.device)  # [n]
         kept = offs[None, :] < torch.tensor(keep, device=self.valid.device)[:, None]  # [B, n]
         self.valid = torch.cat([self.valid[:, :since], self.valid[:, since:] & kept], dim=1)[:, :new_S]
+        crop(self.cache, new_S)
+        self.lengths = self.valid.long().sum(1)
+
+    # ------------------------------------------------------------------ token trees (tree.py)
+
+    def forward_tree(
+        self, tokens: torch.Tensor, tree_start: int, tree_visible: torch.Tensor, positions: torch.Tensor, *,
+        output_hidden: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Feed ``tokens [B, n]`` (tree nodes) that see every valid slot before ``tree_start`` and,
+        among the slots from ``tree_start`` on (earlier tree nodes, then these n), only those
+        marked in ``tree_visible [B or 1, n, S_old - tree_start + n]`` (their ancestors and
+        themselves).  Used to draft a token tree level by level; returns like :meth:`forward`."""
+        B, n = tokens.shape
+        S_old = self.num_slots
+        width = S_old - tree_start + n
+        if not 0 <= tree_start <= S_old or tree_visible.shape[-2:] != (n, width) or tree_visible.dtype != torch.bool:
+            raise ValueError(f"tree_visible must be a [B or 1, {n}, {width}] bool tensor, got {tuple(tree_visible.shape)}")
+        eye = torch.eye(n, dtype=torch.bool, device=tokens.device)  # [n, n]
+        tree = tree_visible.expand(B, n, width).clone()  # [B, n, width]
+        tree[:, :, width - n:] |= eye
+        before = self.valid[:, None, :tree_start].expand(B, n, tree_start)  # [B, n, tree_start]
+        tree[:, :, : S_old - tree_start] &= self.valid[:, None, tree_start:]
+        allowed = torch.cat([before, tree], dim=2)  # [B, n, S_old + n]
+        mask = torch.zeros(B, 1, n, S_old + n, dtype=self.dtype, device=tokens.device)
+        mask.masked_fill_(~allowed[:, None], torch.finfo(self.dtype).min)  # [B, 1, n, S]
+        out = self.model(
+            input_ids=tokens, attention_mask=mask, position_ids=positions, cache=self.cache,
+            use_cache=True, output_hidden_states=output_hidden,
+        )
+        self.valid = torch.cat([self.valid, torch.ones(B, n, dtype=torch.bool, device=tokens.device)], dim=1)
+        self.lengths = self.lengths + n
+        return out.logits, out.hidden_states[-1] if output_hidden else None
+
+    @torch.inference_mode()
+    def compact(self, since: int, paths: list[list[int]]) -> None:
+        """Keep, in row b, the slots ``since + paths[b][i]`` (in that order) moved to the
+        contiguous slots ``since + i``, and drop every other slot from ``since`` on.
+
+        After tree verification ``paths[b]`` lists the accepted path's tree slots (offsets from
+        ``since``, increasing); the move is :func:`specdec_lesson.kernels.reference.compact_kv`
+        on every layer, for the contiguous (``DynamicCache``) and the paged cache alike."""
+        from .kernels.reference import compact_kv  # torch only, no triton
+
+        S = self.num_slots
+        B = self.valid.shape[0]
+        if len(paths) != B or any(not 0 <= o < S - since for p in paths for o in p):
+            raise ValueError(f"paths must list, per row, slot offsets in 0..{S - since - 1}; got {paths}")
+        lens = [len(p) for p in paths]
+        width = max(max(lens), 1)
+        dev = self.valid.device
+        src = torch.tensor([[since + o for o in p] + [since] * (width - len(p)) for p in paths], dtype=torch.long, device=dev)
+        dst = torch.full((B,), since, dtype=torch.long, device=dev)  # [B]
+        n_valid = torch.tensor(lens, dtype=torch.long, device=dev)  # [B]
+        moves = any(p != list(range(len(p))) for p in paths)
+        for layer in self.cache.layers if moves else []:
+            if not getattr(layer, "is_initialized", False):
+                continue
+            if isinstance(layer, _PagedLayer):  # compact a contiguous copy of the slots since `since`, write it back
+                where = [self.cache.table.slot_index(b, since, S - since, dev) for b in range(B)]  # (blocks, offsets)
+                keys = torch.stack([layer.keys[blk, :, off].transpose(0, 1) for blk, off in where])  # [B, H, S - since, D]
+                values = torch.stack([layer.values[blk, :, off].transpose(0, 1) for blk, off in where])
+                compact_kv(keys, values, src - since, dst - since, n_valid)
+                for b, (blk, off) in enumerate(where):
+                    layer.keys[blk[:lens[b]], :, off[:lens[b]]] = keys[b, :, :lens[b]].transpose(0, 1)  # [n, H, D]
+                    layer.values[blk[:lens[b]], :, off[:lens[b]]] = values[b, :, :lens[b]].transpose(0, 1)
+            else:
+                compact_kv(layer.keys, layer.values, src, dst, n_valid)
+        new_S = since + max(lens)
+        if min(lens) < max(lens):
+            self.holes = True
+        kept = torch.arange(S - since, device=dev)[None, :] < n_valid[:, None]  # [B, S - since]
+        self.valid = torch.cat([self.valid[:, :since], kept], dim=1)[:, :new_S]
         crop(self.cache, new_S)
         self.lengths = self.valid.long().sum(1)

@@ -147,7 +147,7 @@ def autoregressive_generate(
     t0 = clock()
     state = SlotCache(target, B, device, paged=paged)
     if L > 1:
-        state.forward(ids[:, :-1], mask[:, :-1], has_holes=not bool(mask.all()))
+        state.forward(ids[:, :-1], mask[:, :-1], has_holes=not bool(mask.all()), logits_to_keep=1)
         stats.target_forwards += 1
     pending = ids[:, -1:]  # [B, 1]
     stats.time_prefill = clock() - t0
@@ -213,7 +213,8 @@ def speculative_generate(
     state = SlotCache(target, B, device, paged=paged)
     hidden = None
     if L > 1:
-        _, hidden = state.forward(ids[:, :-1], mask[:, :-1], has_holes=not bool(mask.all()), output_hidden=need_hidden)
+        _, hidden = state.forward(ids[:, :-1], mask[:, :-1], has_holes=not bool(mask.all()), output_hidden=need_hidden,
+                                  logits_to_keep=1)
         stats.target_forwards += 1
     drafter.begin(ids, mask, hidden)
     pending = ids[:, -1:]  # [B, 1]
