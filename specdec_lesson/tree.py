@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from .drafters import ModelDrafter
+from .generation import Clock, Outputs, check_run, eos_of, prepare_inputs
 from .kvcache import SlotCache
 from .models import check_same_vocab
 from .sampling import SamplingConfig, as_float
@@ -258,7 +259,6 @@ def tree_generate(
     tree's maximum depth, ``accept_hist`` counts accepted depths 0..k, and ``tau`` is tokens per
     target forward.  Batches of more than one prompt raise ValueError (trees are B = 1 here)."""
     # the chain engine's input handling and output bookkeeping, shared (imported here: speculative sits above tree)
-    from .speculative import _check_run, _Clock, _eos, _Outputs, prepare_inputs
 
     if not isinstance(tree, (StaticTree, DynamicTree)):
         raise ValueError(f"tree must be a StaticTree or a DynamicTree, got {type(tree).__name__}")
@@ -267,15 +267,15 @@ def tree_generate(
     ids, mask = prepare_inputs(input_ids, attention_mask, device)
     if ids.shape[0] != 1:
         raise ValueError(f"tree_generate decodes one prompt at a time (batch size 1), got {ids.shape[0]} prompts")
-    _check_run(target, ids, max_new_tokens, tree.max_depth + 1)
+    check_run(target, ids, max_new_tokens, tree.max_depth + 1)
     drafter = _tree_drafter(draft)
     if drafter is None:
         check_same_vocab(target, draft)
         drafter = ModelDrafter(draft, paged=paged)
     need_hidden = getattr(drafter, "needs_target_hidden", False)
 
-    clock, stats = _Clock(device), SpecStats(k=tree.max_depth)
-    out = _Outputs(1, max_new_tokens, _eos(target, eos_token_id))
+    clock, stats = Clock(device), SpecStats(k=tree.max_depth)
+    out = Outputs(1, max_new_tokens, eos_of(target, eos_token_id))
     forwards0 = drafter.forwards
     t0 = clock()
     state = SlotCache(target, 1, device, paged=paged)

@@ -1,0 +1,111 @@
+"""Bookkeeping shared by every generation loop (chain, tree, baseline): prompt preparation,
+argument checks, per-row outputs cut at EOS and at the token budget, and a CUDA-aware clock."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+__all__ = ["prepare_inputs", "check_run", "Outputs", "eos_of", "Clock"]
+
+
+def prepare_inputs(input_ids, attention_mask=None, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Prompts as ``(ids [B, L], mask [B, L] bool)``, left-padded.
+
+    ``input_ids``: a LongTensor [B, L] or [L] (with an optional left-padding ``attention_mask``)
+    or a list of token-id lists of any lengths."""
+    if isinstance(input_ids, (list, tuple)):
+        rows = [list(r) for r in input_ids]
+        if not rows or any(len(r) == 0 for r in rows):
+            raise ValueError("empty prompt: every row needs at least one token")
+        if attention_mask is not None:
+            raise ValueError("attention_mask goes with a tensor input_ids, not a list of prompts")
+        L = max(len(r) for r in rows)
+        ids = torch.tensor([[0] * (L - len(r)) + r for r in rows], dtype=torch.long)
+        mask = torch.tensor([[False] * (L - len(r)) + [True] * len(r) for r in rows])
+    else:
+        ids = torch.as_tensor(input_ids)
+        if ids.dim() == 1:
+            ids = ids[None]
+        if ids.dim() != 2 or ids.shape[0] == 0 or ids.shape[1] == 0:
+            raise ValueError(f"empty prompt: input_ids must be [B, L] with B, L >= 1, got shape {tuple(ids.shape)}")
+        if ids.dtype not in (torch.int64, torch.int32):
+            raise ValueError(f"input_ids must hold integer token ids, got dtype {ids.dtype}")
+        ids = ids.long()
+        if attention_mask is None:
+            mask = torch.ones_like(ids, dtype=torch.bool)
+        else:
+            mask = torch.as_tensor(attention_mask).reshape(ids.shape).bool()
+            if not bool(mask[:, -1].all()):
+                raise ValueError("attention_mask must describe left padding: the last column must be real tokens")
+            if bool((mask[:, 1:].long() < mask[:, :-1].long()).any()):
+                raise ValueError("attention_mask must describe left padding (0...0 1...1 per row)")
+    if bool((ids < 0).any()):
+        raise ValueError("input_ids contain negative token ids")
+    if device is not None:
+        ids, mask = ids.to(device), mask.to(device)
+    return ids, mask
+
+
+def check_run(model, ids, max_new_tokens: int, k: int = 1) -> None:
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+    vocab = model.get_output_embeddings().weight.shape[0]
+    if int(ids.max()) >= vocab:
+        raise ValueError(f"input_ids contain token id {int(ids.max())} outside the vocabulary of {vocab}")
+    limit = getattr(model.config.get_text_config(), "max_position_embeddings", None)
+    if limit is not None and ids.shape[1] + max_new_tokens + k > limit:
+        raise ValueError(
+            f"prompt ({ids.shape[1]}) + max_new_tokens ({max_new_tokens}) + k ({k}) exceeds the model's context of {limit}"
+        )
+
+
+class Outputs:
+    """Per-row emitted tokens, cut at EOS (kept) and at max_new_tokens."""
+
+    def __init__(self, batch: int, max_new_tokens: int, eos_token_id) -> None:
+        eos = eos_token_id if eos_token_id is not None else []
+        self.eos = set([eos] if isinstance(eos, int) else eos)
+        self.rows: list[list[int]] = [[] for _ in range(batch)]
+        self.done = [False] * batch
+        self.max_new = max_new_tokens
+
+    def emit(self, b: int, tokens: list[int]) -> int:
+        if self.done[b]:
+            return 0
+        out = self.rows[b]
+        n0 = len(out)
+        for t in tokens:
+            out.append(t)
+            if t in self.eos or len(out) >= self.max_new:
+                self.done[b] = True
+                break
+        return len(out) - n0
+
+    @property
+    def all_done(self) -> bool:
+        return all(self.done)
+
+    def max_remaining(self) -> int:
+        return max(self.max_new - len(r) for r, d in zip(self.rows, self.done) if not d)
+
+    def tensors(self, device) -> list[torch.Tensor]:
+        return [torch.tensor(r, dtype=torch.long, device=device) for r in self.rows]
+
+
+def eos_of(model, eos_token_id):
+    if eos_token_id is not None:
+        return eos_token_id
+    gen = getattr(model, "generation_config", None)
+    return getattr(gen, "eos_token_id", None) if gen is not None else None
+
+
+class Clock:
+    def __init__(self, device) -> None:
+        self.cuda = torch.device(device).type == "cuda"
+
+    def __call__(self) -> float:
+        if self.cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter()
