@@ -18,14 +18,6 @@ TOL = 1e-3
 needs_onednn = pytest.mark.skipif(not packed_linear_available(), reason="oneDNN pre-packed linear unavailable in this build")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """One intra-op thread: these tests check values, not speed, and on a shared machine two OpenMP
-    threads competing with other processes stall at every barrier (a 9 s test took 80 s)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def _tied_tiny(seed: int = 0) -> nn.Module:

@@ -17,13 +17,6 @@ V = 64
 ATOL = 2e-6
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Small tensors on a shared 2-core CPU: one intra-op thread avoids contention."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
 
 
 def _noisy_copy(model, scale, seed=0):

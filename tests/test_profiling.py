@@ -20,16 +20,6 @@ from specdec_lesson.profiling import (
 )
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """One intra-op thread: these tests check values, not speed, and on a shared machine two OpenMP
-    threads competing with other processes stall at every barrier (a 9 s test took 80 s)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def model():
     return tiny_llama(vocab_size=64, hidden_size=32, num_layers=2, dtype=torch.float32)

@@ -23,13 +23,6 @@ MC_LEVEL = 1e-3  # reject "the output law is the target's" when the chi-square p
 MC_MIN_TV = 0.02  # the smallest distortion (TV over the 27 outcomes) the test must detect
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: on a shared 2-core CPU extra intra-op threads cost 10x in contention."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
 
 
 EXACT_CONFIGS = [

@@ -31,13 +31,6 @@ SPARSE_D = toy.random_markov(4, order=1, seed=5, low=0, high=5)
 PROMPT = (0,)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: on a shared 2-core CPU extra intra-op threads cost 10x in contention."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
 
 
 # ------------------------------------------------------------------ structure and masks

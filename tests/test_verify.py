@@ -12,15 +12,6 @@ from specdec_lesson.verify import (
 )
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Small tensors on a shared 2-core CPU: one intra-op thread avoids contention."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
-
-
 def _laws(gen, *shape):
     return torch.softmax(torch.randn(*shape, generator=gen, dtype=torch.float64) * 2, dim=-1)
 
