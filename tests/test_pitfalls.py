@@ -15,14 +15,6 @@ PROMPT = (0, 0)
 MC_BATCH, MC_N, MC_LEVEL, MC_MIN_TV = 30_000, 3, 1e-3, 0.02
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
-
-
 LAW_BUGS = [  # (label, harness override, processing): the same Monte Carlo test as tests/test_toy.py
     ("1 greedy draft with softmax q", dict(draft_fn=P.buggy_draft_greedy_softmax_q), dict(temperature=1.0)),
     ("2 q without the temperature", dict(draft_fn=P.buggy_draft_q_unprocessed), dict(temperature=0.5)),
