@@ -206,6 +206,12 @@ def speculative_joint(target: MarkovLM, draft: MarkovLM, prompt: Sequence[int], 
     def step(context: tuple[int, ...], horizon: int) -> dict:
         return speculative_step_law(target, draft, context, k, horizon, temperature, top_k, top_p, bonus=bonus)
 
+    return compose_steps(step, prompt, n)
+
+
+def compose_steps(step, prompt: Sequence[int], n: int) -> dict:
+    """Joint law of the first ``n`` emitted tokens when each step, from ``context``, emits a block
+    of tokens with law ``step(context, horizon) -> {block: Fraction}``: {tuple: Fraction}."""
     out: dict[tuple[int, ...], Fraction] = {}
 
     def go(emitted: tuple[int, ...], w: Fraction) -> None:

@@ -292,17 +292,9 @@ def tree_joint(target, draft, prompt: Sequence[int], n: int, spec, temperature=1
             memo[key] = tree_step_law(target, draft, context, spec, horizon, temperature, top_k, top_p, rule, rules)
         return memo[key]
 
-    out: dict[tuple[int, ...], Fraction] = {}
+    from .toy import compose_steps
 
-    def go(emitted: tuple[int, ...], w: Fraction) -> None:
-        if len(emitted) >= n:
-            out[emitted[:n]] = out.get(emitted[:n], Fraction(0)) + w
-            return
-        for block, pb in step(tuple(prompt) + emitted, n - len(emitted)).items():
-            go(emitted + block, w * pb)
-
-    go((), Fraction(1))
-    return out
+    return compose_steps(step, prompt, n)
 
 
 def sample_tree_toy(target, draft, prompt: Sequence[int], n: int, spec, batch: int, generator: torch.Generator,
