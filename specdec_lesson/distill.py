@@ -1,0 +1,334 @@
+"""Distilling the default draft from the target: ``python -m specdec_lesson.distill {gen,train,heldout,export}``.
+
+gen      teacher data: the target's own responses (greedy, and 1 batch in ``--sample-every`` at T=0.7) to
+         training prompts (``distill_data``), with its last hidden states; one shard file per batch.
+train    the EAGLE-style draft (``eagle.EagleDraft``) on those shards, checkpointing atomically.
+heldout  the target's greedy answers to the benchmark's EVALUATION prompts, for offline acceptance only.
+export   a checkpoint as fp16 safetensors + JSON config under ``specdec_lesson/data/``, with the
+         acceptance-per-checkpoint curve (``distill_eval``).
+
+The shipped draft was made with (1 thread per process on a shared 2-core CPU; gen ran beside train)::
+
+    python -m specdec_lesson.distill gen --workers 2 --worker {0,1}        # stopped after 14 shards
+    python -m specdec_lesson.distill heldout --n-code 10 --n-math 10
+    python -m specdec_lesson.distill train --steps 800 --budget 1536 --lr 1e-3 --n-sub 4096 --unroll 2 \
+        --ckpt-every 20 --val-every 20 --reload
+    python -m specdec_lesson.distill export --curve-every 8 --n-sub 8192
+
+Every file is written to a temporary name and renamed when complete (``atomic_save``), so an
+interrupted run never leaves a shard or checkpoint that passes for complete; rerunning the same
+command resumes: ``gen`` skips finished shards, ``train`` restarts from the last checkpoint (model,
+optimizer, step; the data order is a function of the seed and epoch), and gives the same result as an
+uninterrupted run when the data did not change meanwhile.  ``--fast`` runs the whole pipeline on a tiny
+random target in seconds (the tests use it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from .distill_data import chat_text, generate_teacher, training_prompts
+
+__all__ = ["main", "run_gen", "run_train", "load_shards", "atomic_save"]
+
+
+def atomic_save(obj, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)  # atomic: the file is complete or absent
+
+
+def _teacher(fast: bool, seed: int):
+    if fast:
+        from .models import tiny_llama
+
+        return tiny_llama(vocab_size=96, hidden_size=32, num_layers=2, seed=seed, dtype=torch.float32), None
+    from .models import load_default_target
+
+    return load_default_target(verbose=False)
+
+
+def _fast_prompts(n: int, seed: int) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(3, 96, (int(torch.randint(4, 12, (1,), generator=g)),), generator=g).tolist() for _ in range(n)]
+
+
+def run_gen(out: Path, n_code: int, n_math: int, batch: int, max_new: int, seed: int, worker: int = 0,
+            workers: int = 1, sample_every: int = 5, fast: bool = False, progress: bool = True) -> int:
+    """Write ``out/data/shard_XXXXX.pt`` for this worker's batches; returns the number of shards written."""
+    from tqdm import tqdm
+
+    model, tok = _teacher(fast, seed)
+    if fast:
+        prompts = _fast_prompts(n_code + n_math, seed)
+        kinds = ["code"] * len(prompts)
+        eos, pad = 2, 2
+    else:
+        items = training_prompts(n_code, n_math, seed)
+        kinds = [k for k, _ in items]
+        prompts = [tok(chat_text(tok, t), add_special_tokens=False)["input_ids"] for _, t in items]
+        eos, pad = tok.eos_token_id, tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    n_batches = (len(prompts) + batch - 1) // batch
+    mine = [i for i in range(n_batches) if i % workers == worker]
+    written = 0
+    for i in tqdm(mine, desc=f"gen w{worker}", disable=not progress):
+        path = out / "data" / f"shard_{i:05d}.pt"
+        if path.exists():
+            continue
+        temperature = 0.7 if sample_every and i % sample_every == sample_every - 1 else 0.0
+        gen = torch.Generator().manual_seed(seed * 1_000_003 + i)  # one stream per shard: resumable, never reseeded in a loop
+        sl = slice(i * batch, (i + 1) * batch)
+        rows = generate_teacher(model, prompts[sl], max_new, temperature, gen, eos, pad)
+        for r, k in zip(rows, kinds[sl]):
+            r["kind"], r["temperature"] = k, temperature
+        atomic_save(rows, path)
+        written += 1
+    return written
+
+
+def load_shards(out: Path) -> list[dict]:
+    rows = []
+    for p in sorted((out / "data").glob("shard_*.pt")):
+        rows.extend(torch.load(p))
+    return rows
+
+
+def choose_subset(rows: list[dict], n_sub: int, vocab: int, always: tuple[int, ...] = ()) -> torch.Tensor:
+    """The ``n_sub`` most frequent response tokens (then prompt tokens, then lowest ids), sorted by id."""
+    counts = torch.zeros(vocab, dtype=torch.float64)
+    for r in rows:
+        t = r["tokens"].long()
+        counts.index_add_(0, t[r["n_prompt"]:], torch.ones(len(t) - r["n_prompt"], dtype=torch.float64))
+        counts.index_add_(0, t[: r["n_prompt"]], torch.full((r["n_prompt"],), 1e-3, dtype=torch.float64))
+    counts[list(always)] = 1e9
+    counts -= torch.arange(vocab, dtype=torch.float64) * 1e-9  # ties -> lower id
+    return torch.topk(counts, min(n_sub, vocab)).indices.sort().values
+
+
+def _batches(rows: list[dict], budget: int, gen: torch.Generator) -> list[list[int]]:
+    """Length-sorted batches of at most ``budget`` padded positions, in a seeded random order."""
+    order = sorted(range(len(rows)), key=lambda i: len(rows[i]["tokens"]))
+    out, cur, cur_max = [], [], 0
+    for i in order:
+        n = len(rows[i]["tokens"])
+        if cur and max(cur_max, n) * (len(cur) + 1) > budget:
+            out.append(cur)
+            cur, cur_max = [], 0
+        cur.append(i)
+        cur_max = max(cur_max, n)
+    if cur:
+        out.append(cur)
+    return [out[j] for j in torch.randperm(len(out), generator=gen).tolist()]
+
+
+def _collate(rows: list[dict], idx: list[int], prompt_weight: float):
+    """-> feats [B, T, H] (f_0..), tokens [B, T] (x_1..), targets [B, T, H] (f_1..), weight [B, T]."""
+    T = max(len(rows[i]["tokens"]) for i in idx) - 2
+    H = rows[idx[0]]["feats"].shape[1]
+    feats = torch.zeros(len(idx), T + 1, H)
+    tokens = torch.zeros(len(idx), T, dtype=torch.long)
+    weight = torch.zeros(len(idx), T)
+    for b, i in enumerate(idx):
+        r = rows[i]
+        n = len(r["tokens"]) - 2
+        feats[b, : n + 1] = r["feats"].float()
+        tokens[b, :n] = r["tokens"][1 : n + 1].long()
+        weight[b, :n] = 1.0
+        weight[b, : max(0, r["n_prompt"] - 2)] = prompt_weight  # predicting prompt tokens (t + 2 < n_prompt)
+    return feats[:, :T], tokens, feats[:, 1:], weight
+
+
+def draft_loss(model, feats, tokens, targets, weight, steps: int, reg_weight: float = 0.1, decay: float = 0.8):
+    """Soft cross-entropy to the target's law on the subset (+ feature regression), summed over unrolled steps.
+    Returns (loss, per-step top-1 agreement list)."""
+    with torch.no_grad():
+        teacher = torch.softmax(model.logits(targets), -1)  # [B, T, N]
+        top = teacher.argmax(-1)  # [B, T]
+    wsum = weight.sum().clamp(min=1e-6)
+    loss, acc = 0.0, []
+    for s, g in enumerate(model.forward_train(feats, tokens, steps)):
+        logp = torch.log_softmax(model.logits(g), -1)  # [B, T, N]
+        ce = -(teacher * logp).sum(-1)  # [B, T]
+        reg = F.smooth_l1_loss(g, targets, reduction="none").mean(-1)  # [B, T]
+        loss = loss + decay**s * (((ce + reg_weight * reg) * weight).sum() / wsum)
+        acc.append(float(((logp.argmax(-1) == top).float() * (weight > 0)).sum() / (weight > 0).sum().clamp(min=1)))
+    return loss, acc
+
+
+def init_from_target(model, target) -> None:
+    """Start the draft layer from the target's LAST decoder layer (and its final norm)."""
+    layer = target.model.layers[-1]
+    a, m = layer.self_attn, layer.mlp
+    with torch.no_grad():
+        model.qkv.weight.copy_(torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight], 0))
+        model.o.weight.copy_(a.o_proj.weight)
+        model.gate_up.weight.copy_(torch.cat([m.gate_proj.weight, m.up_proj.weight], 0))
+        model.down.weight.copy_(m.down_proj.weight)
+        model.norm_in.copy_(layer.input_layernorm.weight)
+        model.norm_mlp.copy_(layer.post_attention_layernorm.weight)
+        model.norm_out.copy_(target.model.norm.weight)
+
+
+def _lr(step: int, total: int, lr: float, warmup: int) -> float:
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    t = min(1.0, (step - warmup) / max(1, total - warmup))
+    return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
+
+
+def run_train(out: Path, total_steps: int, budget: int = 3072, lr: float = 6e-4, n_sub: int = 6144, unroll: int = 2,
+              seed: int = 0, fast: bool = False, ckpt_every: int = 50, val_every: int = 50, progress: bool = True,
+              stop_after: int | None = None, prompt_weight: float = 0.5, reload: bool = False) -> dict:
+    """Train (or resume) the draft on ``out/data``; checkpoint to ``out/ckpt.pt``; returns the checkpoint dict.
+    ``stop_after`` ends the call early (as an interruption would) without changing the schedule.  ``reload``
+    appends shards that appeared since (a gen still running) at each epoch start; a resume is then exact only
+    if no shard appeared meanwhile."""
+    from tqdm import tqdm
+
+    from .eagle import EagleConfig, EagleDraft, _target_tables
+
+    torch.manual_seed(seed)  # nothing random is drawn below; model init is overwritten or seeded here
+    target, _ = _teacher(fast, seed)
+    rows = load_shards(out)
+    if not rows:
+        raise ValueError(f"no teacher data under {out / 'data'}; run the gen command first")
+    val = [r for i, r in enumerate(rows) if i % 25 == 24] or rows[-2:]
+    train = [r for i, r in enumerate(rows) if i % 25 != 24] or rows
+    V = target.get_input_embeddings().weight.shape[0]
+    eos = target.config.eos_token_id if target.config.eos_token_id is not None else 2
+    ckpt_path = out / "ckpt.pt"
+    ckpt = torch.load(ckpt_path) if ckpt_path.exists() else None
+    d2t = ckpt["d2t"] if ckpt else choose_subset(train, n_sub, V, always=(eos,))
+    model = EagleDraft(EagleConfig.from_target(target, len(d2t)), *_target_tables(target), d2t=d2t)
+    init_from_target(model, target)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
+    step, log = 0, []
+    if ckpt:
+        model.load_state_dict(ckpt["model"])
+        opt.load_state_dict(ckpt["opt"])
+        step, log = ckpt["step"], ckpt["log"]
+    epochs: list[list] = []
+    seen_rows = [len(rows)]
+
+    def batch_at(i: int):
+        while i >= sum(len(b) for b in epochs):
+            if reload and epochs:  # new shards written since (gen still running): append their rows
+                more = load_shards(out)[seen_rows[0]:]
+                seen_rows[0] += len(more)
+                train.extend(r for j, r in enumerate(more, start=seen_rows[0] - len(more)) if j % 25 != 24)
+            epochs.append(_batches(train, budget, torch.Generator().manual_seed(seed + 1000 * len(epochs))))
+        for b in epochs:
+            if i < len(b):
+                return b[i]
+            i -= len(b)
+
+    def validate() -> list[float]:
+        model.eval()
+        tot, n = None, 0
+        with torch.no_grad():
+            for vb in _batches(val, budget, torch.Generator().manual_seed(0)):
+                _, acc = draft_loss(model, *_collate(val, vb, 0.0), steps=unroll)
+                tot = acc if tot is None else [a + b for a, b in zip(tot, acc)]
+                n += 1
+        model.train()
+        return [round(a / max(1, n), 4) for a in (tot or [])]
+
+    model.train()
+    t0 = time.time()
+    bar = tqdm(total=total_steps, initial=step, desc="train", disable=not progress)
+    end = total_steps if stop_after is None else min(total_steps, step + stop_after)
+    while step < end:
+        for gr in opt.param_groups:
+            gr["lr"] = _lr(step, total_steps, lr, max(1, total_steps // 20))
+        loss, acc = draft_loss(model, *_collate(train, batch_at(step), prompt_weight), steps=unroll)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        step += 1
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss.item():.3f}", acc=",".join(f"{a:.2f}" for a in acc))
+        entry = {"step": step, "loss": round(loss.item(), 4), "train_acc": [round(a, 4) for a in acc]}
+        if step % val_every == 0 or step == total_steps:
+            entry["val_acc"] = validate()
+            entry["seconds"] = round(time.time() - t0, 1)
+        log.append(entry)
+        if step % ckpt_every == 0 or step == end:
+            ckpt = {"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "log": log, "d2t": d2t,
+                    "config": dict(model.cfg), "seed": seed, "positions": sum(len(r["tokens"]) for r in train)}
+            atomic_save(ckpt, ckpt_path)
+            if step % ckpt_every == 0:
+                atomic_save(model.state_dict(), out / "ckpts" / f"draft_{step:06d}.pt")
+    bar.close()
+    return {"model": model.state_dict(), "step": step, "log": log, "d2t": d2t, "draft": model}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m specdec_lesson.distill", description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    g = sub.add_parser("gen", help="teacher data")
+    g.add_argument("--out", type=Path, default=Path("runs/distill"))
+    g.add_argument("--n-code", type=int, default=1200)
+    g.add_argument("--n-math", type=int, default=500)
+    g.add_argument("--batch", type=int, default=16)
+    g.add_argument("--max-new", type=int, default=192)
+    g.add_argument("--sample-every", type=int, default=5)
+    g.add_argument("--worker", type=int, default=0)
+    g.add_argument("--workers", type=int, default=1)
+    t = sub.add_parser("train", help="train the draft")
+    t.add_argument("--out", type=Path, default=Path("runs/distill"))
+    t.add_argument("--steps", type=int, default=1500)
+    t.add_argument("--budget", type=int, default=3072, help="padded positions per batch")
+    t.add_argument("--lr", type=float, default=6e-4)
+    t.add_argument("--n-sub", type=int, default=6144, help="size of the draft's output vocabulary subset")
+    t.add_argument("--unroll", type=int, default=2, help="training-time-test steps")
+    t.add_argument("--ckpt-every", type=int, default=50)
+    t.add_argument("--val-every", type=int, default=50)
+    t.add_argument("--reload", action="store_true", help="pick up new shards at each epoch")
+    h = sub.add_parser("heldout", help="target greedy outputs on evaluation prompts (offline alpha only)")
+    h.add_argument("--out", type=Path, default=Path("runs/distill"))
+    h.add_argument("--n-code", type=int, default=12)
+    h.add_argument("--n-math", type=int, default=12)
+    h.add_argument("--max-new", type=int, default=128)
+    x = sub.add_parser("export", help="ship the last checkpoint under specdec_lesson/data/")
+    x.add_argument("--out", type=Path, default=Path("runs/distill"))
+    x.add_argument("--k", type=int, default=4)
+    x.add_argument("--step", type=int, default=None, help="checkpoint to ship (default: the last)")
+    x.add_argument("--curve-every", type=int, default=1)
+    x.add_argument("--n-sub", type=int, default=None, help="re-choose the output subset with this many tokens")
+    for p in (g, t, h, x):
+        p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--fast", action="store_true")
+        p.add_argument("--threads", type=int, default=1)
+    a = ap.parse_args(argv)
+    torch.set_num_threads(a.threads)
+    t0 = time.time()
+    if a.cmd == "gen":
+        n = run_gen(a.out, a.n_code, a.n_math, a.batch, a.max_new, a.seed, a.worker, a.workers, a.sample_every, a.fast)
+        print(json.dumps({"shards_written": n, "seconds": round(time.time() - t0, 1)}))
+    elif a.cmd == "heldout":
+        from .distill_eval import run_heldout
+
+        print(run_heldout(a.out, a.n_code, a.n_math, a.max_new))
+    elif a.cmd == "export":
+        from .distill_eval import run_export
+
+        print(json.dumps(run_export(a.out, k=a.k, step=a.step, curve_every=a.curve_every, n_sub=a.n_sub)))
+    elif a.cmd == "train":
+        res = run_train(a.out, a.steps, a.budget, a.lr, a.n_sub, a.unroll, a.seed, a.fast, a.ckpt_every, a.val_every,
+                        reload=a.reload)
+        print(json.dumps({"step": res["step"], "last": res["log"][-1], "seconds": round(time.time() - t0, 1)}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,339 @@
+"""An EAGLE-style feature-level draft for the default target, and its ``Drafter``.
+
+The draft predicts the target's next *feature* (last hidden state after the final norm, f_t)
+rather than the next token directly (Li et al., EAGLE, 2024).  At position t its input is
+``fc([f_t ; e(x_{t+1})])`` (the target's feature and the embedding of the next token, from the
+target's own frozen embedding), then ONE Llama decoder layer (GQA and RoPE like the target) and a
+norm give ``g_t ~ f_{t+1}``; the logits for x_{t+2} are ``g_t @ E_sub.T``: the target's tied output
+layer restricted to the N most frequent teacher tokens (``d2t`` maps the subset back to the full
+vocabulary).  Past the verified prefix the draft feeds its own predicted features; training unrolls
+those steps ("training-time test", as in EAGLE-3: step s at position t sees the true-feature keys up
+to t-s+1 and its own earlier predicted keys), so multi-token drafts stay accurate.
+
+The draft law q handed to the engine is the full-vocabulary law after the run's SAME
+``SamplingConfig.probs``: full logits are -inf outside the subset (q = 0 there, which is exact:
+it is the law the draft samples from).  Greedy runs return ``None`` (a one-hot q).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .drafters import Drafter
+from .sampling import SamplingConfig, sample_from_probs
+
+__all__ = ["EagleConfig", "EagleDraft", "EagleDrafter", "load_default_draft", "load_default_pair", "DEFAULT_DRAFT_DIR"]
+
+DEFAULT_DRAFT_DIR = Path(__file__).parent / "data"
+DEFAULT_DRAFT_NAME = "eagle_smollm2"
+
+
+class EagleConfig(dict):
+    """hidden, heads, kv_heads, head_dim, intermediate, rope_theta, eps, n_sub (a JSON-able dict)."""
+
+    @classmethod
+    def from_target(cls, target, n_sub: int) -> EagleConfig:
+        c = target.config
+        hd = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        theta = (getattr(c, "rope_parameters", None) or {}).get("rope_theta", getattr(c, "rope_theta", 10000.0))
+        return cls(hidden=c.hidden_size, heads=c.num_attention_heads, kv_heads=c.num_key_value_heads, head_dim=hd,
+                   intermediate=c.intermediate_size, rope_theta=float(theta), eps=float(c.rms_norm_eps), n_sub=n_sub)
+
+
+def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    h = x.shape[-1] // 2
+    return x * cos + torch.cat([-x[..., h:], x[..., :h]], -1) * sin
+
+
+class EagleDraft(nn.Module):
+    """fc + one decoder layer + norm; ``embed`` [V, H] (input embedding) and ``head`` [N, H] (rows ``d2t`` of the
+    output embedding, the same tensor when tied) are frozen target buffers, not saved with the draft."""
+
+    def __init__(self, cfg: EagleConfig, embed: torch.Tensor, out_embed: torch.Tensor, d2t: torch.Tensor) -> None:
+        super().__init__()
+        self.cfg = EagleConfig(cfg)
+        H, nh, nkv, hd, inter = cfg["hidden"], cfg["heads"], cfg["kv_heads"], cfg["head_dim"], cfg["intermediate"]
+        self.fc = nn.Linear(2 * H, H)
+        self.norm_in = nn.Parameter(torch.ones(H))
+        self.qkv = nn.Linear(H, (nh + 2 * nkv) * hd, bias=False)
+        self.o = nn.Linear(nh * hd, H, bias=False)
+        self.norm_mlp = nn.Parameter(torch.ones(H))
+        self.gate_up = nn.Linear(H, 2 * inter, bias=False)
+        self.down = nn.Linear(inter, H, bias=False)
+        self.norm_out = nn.Parameter(torch.ones(H))
+        self.register_buffer("embed", embed.detach(), persistent=False)  # [V, H] target's (tied) embedding
+        self.register_buffer("d2t", d2t.long(), persistent=True)  # [N] subset -> full vocabulary id
+        self.register_buffer("head", out_embed.detach()[d2t.long()].clone(), persistent=False)  # [N, H]
+        self.register_buffer("out_embed", out_embed.detach(), persistent=False)  # [V, H] (shares the target's storage)
+        inv = 1.0 / cfg["rope_theta"] ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd)
+        self.register_buffer("inv_freq", inv, persistent=False)
+        with torch.no_grad():
+            self.fc.weight.mul_(0.5)
+
+    def rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        ang = positions.to(self.inv_freq.dtype)[..., None] * self.inv_freq  # [..., hd/2]
+        ang = torch.cat([ang, ang], -1)  # [..., hd]
+        return ang.cos().unsqueeze(-3), ang.sin().unsqueeze(-3)  # [.., 1, T, hd] (broadcast over heads)
+
+    def qkv_of(self, feats: torch.Tensor, tokens: torch.Tensor, cos, sin):
+        """feats [B, T, H], tokens [B, T] -> (residual x, q [B, nh, T, hd], k, v [B, nkv, T, hd])."""
+        c = self.cfg
+        x = self.fc(torch.cat([feats, self.embed[tokens]], -1))  # [B, T, H]
+        B, T, _ = x.shape
+        qkv = self.qkv(_rms(x, self.norm_in, c["eps"])).view(B, T, -1, c["head_dim"]).transpose(1, 2)  # [B, nh+2nkv, T, hd]
+        q, k, v = qkv.split([c["heads"], c["kv_heads"], c["kv_heads"]], 1)
+        return x, _rotate(q, cos, sin), _rotate(k, cos, sin), v
+
+    def finish(self, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+        """x [B, T, H] residual, attn [B, nh, T, hd] -> predicted next feature g [B, T, H]."""
+        B, _, T, _ = attn.shape
+        x = x + self.o(attn.transpose(1, 2).reshape(B, T, -1))  # [B, T, H]
+        gate, up = self.gate_up(_rms(x, self.norm_mlp, self.cfg["eps"])).chunk(2, -1)
+        x = x + self.down(F.silu(gate) * up)  # [B, T, H]
+        return _rms(x, self.norm_out, self.cfg["eps"])
+
+    def logits(self, g: torch.Tensor) -> torch.Tensor:
+        return g @ self.head.T  # [..., N] subset logits
+
+    def expand(self, kv: torch.Tensor) -> torch.Tensor:
+        return kv.repeat_interleave(self.cfg["heads"] // self.cfg["kv_heads"], 1)  # [B, nh, S, hd]
+
+    def forward_train(self, feats: torch.Tensor, tokens: torch.Tensor, steps: int) -> list[torch.Tensor]:
+        """Training-time test.  feats [B, T, H] = f_0..f_{T-1}, tokens [B, T] = x_1..x_T.  Returns g of each unrolled
+        step s (list of [B, T, H]); g_s[:, t] predicts f_{t+1} having fed predicted features for the last s-1 inputs."""
+        B, T, _ = feats.shape
+        cos, sin = self.rope(torch.arange(T, device=feats.device))
+        scale = 1.0 / math.sqrt(self.cfg["head_dim"])
+        keys, vals, outs = [], [], []
+        inp = feats
+        idx = torch.arange(T, device=feats.device)
+        for s in range(steps):
+            x, q, k, v = self.qkv_of(inp, tokens, cos, sin)
+            keys.append(self.expand(k))
+            vals.append(self.expand(v))
+            base = (q @ keys[0].transpose(-1, -2)) * scale  # [B, nh, T, T] step-1 (true-feature) keys
+            base = base.masked_fill(idx[None, :] > idx[:, None] - s, float("-inf"))  # key j <= t - s
+            diag = []
+            for r in range(1, s + 1):  # step-r key at position t - (s - r)
+                shift = s - r
+                kr = F.pad(keys[r], (0, 0, shift, 0))[:, :, :T]  # [B, nh, T, hd]
+                d = (q * kr).sum(-1, keepdim=True) * scale  # [B, nh, T, 1]
+                diag.append(d.masked_fill((idx < shift)[:, None], float("-inf")))
+            p = torch.softmax(torch.cat([base] + diag, -1), -1)  # [B, nh, T, T + s]
+            attn = p[..., :T] @ vals[0]
+            for r in range(1, s + 1):
+                vr = F.pad(vals[r], (0, 0, s - r, 0))[:, :, :T]
+                attn = attn + p[..., T + r - 1:T + r] * vr
+            g = self.finish(x, attn)  # [B, T, H]
+            outs.append(g)
+            inp = torch.cat([feats[:, :1], g[:, :-1]], 1)  # next step feeds predicted f_t = g[t-1]
+        return outs
+
+
+class EagleDrafter(Drafter):
+    """The engine's view of an ``EagleDraft``: a one-layer KV cache with per-row lengths and slot validity
+    (ragged rows simply write at different slots), rolled back on rejection by invalidating slots."""
+
+    needs_target_hidden = True
+    default_k = 4  # the best chain length measured for the shipped draft on this CPU (k = 3 and 4 tie)
+
+    def __init__(self, model: EagleDraft, *, add_prompt_tokens: bool = True) -> None:
+        self.model = model.eval()
+        self.forwards = 0
+        self.V = model.embed.shape[0]
+        self.add_prompt_tokens = add_prompt_tokens
+
+    def _ensure(self, need: int) -> None:
+        S = self.k_cache.shape[2]
+        if need > S:
+            grow = max(need, 2 * S) - S
+            self.k_cache = F.pad(self.k_cache, (0, 0, 0, grow))
+            self.v_cache = F.pad(self.v_cache, (0, 0, 0, grow))
+            self.valid = F.pad(self.valid, (0, grow))
+
+    def _step(self, feats: torch.Tensor, tokens: torch.Tensor, write_valid: torch.Tensor) -> torch.Tensor:
+        """Feed feats [B, M, H], tokens [B, M] at slots lengths+pos..; returns g [B, M, H]."""
+        m = self.model
+        B, M = tokens.shape
+        slots = self.cursor[:, None] + torch.arange(M, device=tokens.device)  # [B, M]
+        S = int(slots.max()) + 1  # one host sync per draft step; slots past every row's last write are never visible
+        self._ensure(S)
+        cos, sin = m.rope(slots)  # [B, 1, M, hd]
+        x, q, k, v = m.qkv_of(feats, tokens, cos, sin)
+        idx = slots[:, None, :, None].expand(-1, k.shape[1], -1, k.shape[-1])  # [B, nkv, M, hd]
+        self.k_cache.scatter_(2, idx, k)
+        self.v_cache.scatter_(2, idx, v)
+        self.valid.scatter_(1, slots, write_valid)
+        see = self.valid[:, None, :S] & (torch.arange(S, device=tokens.device)[None, None, :] <= slots[:, :, None])  # [B, M, S]
+        attn = F.scaled_dot_product_attention(q, self.k_cache[:, :, :S], self.v_cache[:, :, :S], attn_mask=see[:, None],
+                                              enable_gqa=True)  # [B, nh, M, hd]
+        self.forwards += 1
+        return m.finish(x, attn)  # [B, M, H]
+
+    @torch.inference_mode()
+    def begin(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, target_hidden: torch.Tensor | None) -> None:
+        m = self.model
+        B, L = prompt_ids.shape
+        c, dev, dt = m.cfg, prompt_ids.device, m.head.dtype
+        self.k_cache = torch.zeros(B, c["kv_heads"], max(64, 2 * L), c["head_dim"], device=dev, dtype=dt)
+        self.v_cache = torch.zeros_like(self.k_cache)
+        self.valid = torch.zeros(B, self.k_cache.shape[2], dtype=torch.bool, device=dev)
+        self.cursor = torch.zeros(B, dtype=torch.long, device=dev)  # committed slots per row
+        # the draft's vocabulary for this run: the shipped subset plus the prompts' own tokens (answers copy names and
+        # identifiers from the prompt); sorted, so argmax ties resolve to the lowest id as in logits_to_probs
+        self.d2t = m.d2t
+        if self.add_prompt_tokens:
+            self.d2t = torch.unique(torch.cat([m.d2t, prompt_ids[prompt_mask.bool()].long()]))  # [N']
+        self.head = m.out_embed[self.d2t].to(dt) if len(self.d2t) != len(m.d2t) else m.head  # [N', H]
+        if L > 1:
+            g = self._step(target_hidden.to(dt), prompt_ids[:, 1:], prompt_mask[:, :-1].bool())  # [B, L-1, H]
+            self.g_last = g[:, -1]  # [B, H] ~ feature of the pending token's position
+            self.cursor += L - 1
+        else:
+            self.g_last = torch.zeros(B, c["hidden"], device=dev, dtype=dt)
+
+    def _law(self, g: torch.Tensor, sampling: SamplingConfig) -> tuple[torch.Tensor, torch.Tensor | None]:
+        sub = g @ self.head.T  # [B, N']
+        if sampling.greedy:
+            return self.d2t[sub.argmax(-1)], None  # one-hot q on the full-vocabulary argmax
+        full = sub.new_full((g.shape[0], self.V), float("-inf")).index_copy_(1, self.d2t, sub)  # [B, V]
+        return None, sampling.probs(full)  # [B, V]; zero outside the subset
+
+    @torch.inference_mode()
+    def propose(self, k: int, sampling: SamplingConfig, generator: torch.Generator | None):
+        tokens, probs = [], []
+        g = self.g_last
+        start = self.cursor.clone()
+        for j in range(k):
+            tok, q = self._law(g, sampling)
+            if q is not None:
+                tok = sample_from_probs(q, generator)  # [B] drawn from exactly the q we return
+                probs.append(q)
+            tokens.append(tok)
+            if j < k - 1:  # the last draft is never fed
+                g = self._step(g[:, None], tok[:, None], torch.ones_like(tok[:, None], dtype=torch.bool))[:, 0]
+                self.cursor += 1
+        self.cursor = start  # tentative slots stay valid until commit rolls them back
+        self.last_tokens = torch.stack(tokens, 1)  # [B, K]
+        return self.last_tokens, (torch.stack(probs, 1) if probs else None)  # [B, K], [B, K, V] or None
+
+    @torch.inference_mode()
+    def commit(self, num_accepted: torch.Tensor, next_token: torch.Tensor, target_hidden: torch.Tensor | None) -> None:
+        B, K = self.last_tokens.shape
+        S = self.valid.shape[1]
+        dev = next_token.device
+        self.valid &= torch.arange(S, device=dev)[None, :] < self.cursor[:, None]  # roll back tentative slots
+        M = int(num_accepted.max()) + 1
+        j = torch.arange(M, device=dev)[None, :]  # [1, M]
+        toks = torch.cat([self.last_tokens, next_token[:, None]], 1)[:, :M].clone()  # [B, M]
+        toks = torch.where(j == num_accepted[:, None], next_token[:, None], toks)  # d_1..d_n, then next_token
+        feats = target_hidden[:, :M].to(self.model.head.dtype)  # [B, M, H] true features at pending, d_1..d_n
+        g = self._step(feats, toks, j <= num_accepted[:, None])  # [B, M, H]
+        self.g_last = g[torch.arange(B, device=dev), num_accepted]  # [B, H]
+        self.cursor += num_accepted + 1
+
+
+    # ------------------------------------------------------------------ token trees (tree.py, batch size 1)
+
+    def _full_logits(self, g: torch.Tensor) -> torch.Tensor:
+        """g [M, H] -> full-vocabulary logits [M, V], -inf outside the subset (q = 0 there)."""
+        sub = self.model.logits(g)  # [M, N]
+        return sub.new_full((g.shape[0], self.V), float("-inf")).index_copy_(1, self.model.d2t, sub)
+
+    @torch.inference_mode()
+    def tree_expand(self, tree, nodes: list[int]) -> torch.Tensor:
+        """Draft logits ``[len(nodes), V]`` after each of ``nodes`` of a token tree (B = 1).
+
+        The root's law comes from ``g_last``; a node v is fed as (its parent's predicted feature,
+        v's token) at a tentative slot past the committed ones, at RoPE position cursor + depth - 1,
+        seeing the committed slots, its ancestors' slots and itself (the tree mask)."""
+        if self.valid.shape[0] != 1:
+            raise ValueError("tree drafting supports batch size 1 only")
+        if nodes == [0]:
+            self.tree_g = {0: self.g_last[0]}  # build-time node id -> predicted feature [H]
+            self.tree_slot: dict[int, int] = {}  # build-time node id -> cache slot
+            return self._full_logits(self.g_last)  # [1, V]
+        m, dev = self.model, self.g_last.device
+        cur, M = int(self.cursor[0]), len(nodes)
+        slots = cur + len(self.tree_slot) + torch.arange(M, device=dev)  # [M]
+        S = int(slots.max()) + 1  # one host sync per draft step; slots past every row's last write are never visible
+        self._ensure(S)
+        S = self.k_cache.shape[2]
+        see = (self.valid[0] & (torch.arange(S, device=dev) < cur))[None, :].repeat(M, 1)  # [M, S] committed slots
+        for i, v in enumerate(nodes):
+            for a in tree.ancestors(tree.parents[v]):
+                see[i, self.tree_slot[tree.source[a]]] = True
+            see[i, slots[i]] = True
+        feats = torch.stack([self.tree_g[tree.source[tree.parents[v]]] for v in nodes])[None]  # [1, M, H]
+        tokens = torch.tensor([[tree.tokens[v] for v in nodes]], device=dev)  # [1, M]
+        positions = torch.tensor([[cur + tree.depths[v] - 1 for v in nodes]], device=dev)  # [1, M]
+        cos, sin = m.rope(positions)
+        x, q, k, v_ = m.qkv_of(feats.to(m.head.dtype), tokens, cos, sin)
+        self.k_cache[0][:, slots] = k[0]  # [nkv, M, hd]
+        self.v_cache[0][:, slots] = v_[0]
+        self.valid[0, slots] = True  # tentative: commit rolls back every slot >= cursor
+        attn = F.scaled_dot_product_attention(q, m.expand(self.k_cache), m.expand(self.v_cache), attn_mask=see[None, None])
+        self.forwards += 1
+        g = m.finish(x, attn)[0]  # [M, H]
+        for i, v in enumerate(nodes):
+            self.tree_g[tree.source[v]] = g[i]
+            self.tree_slot[tree.source[v]] = int(slots[i])
+        return self._full_logits(g)  # [M, V]
+
+    def commit_tree(self, tree, path: list[int], next_token: int, target_hidden: torch.Tensor | None) -> None:
+        """Commit the accepted path and ``next_token`` exactly as the chain ``commit`` does, with the
+        target's features at the root and the path's nodes (rows ``[0] + path`` of the tree forward)."""
+        dev = self.g_last.device
+        self.last_tokens = torch.tensor([[tree.tokens[a] for a in path]], dtype=torch.long, device=dev)  # [1, n]
+        rows = torch.tensor([0] + list(path), device=dev)
+        self.commit(torch.tensor([len(path)], device=dev), torch.tensor([int(next_token)], device=dev), target_hidden[:, rows])
+
+def _target_tables(target, dtype=torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input embedding [V, H], output embedding [V, H]) of the target."""
+    return (target.get_input_embeddings().weight.detach().to(dtype), target.get_output_embeddings().weight.detach().to(dtype))
+
+
+def save_draft(model: EagleDraft, folder: Path, name: str = DEFAULT_DRAFT_NAME, extra: dict | None = None) -> None:
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    sd = {k: (v.half() if v.is_floating_point() else v.int()).contiguous() for k, v in model.state_dict().items()}
+    save_file(sd, str(folder / f"{name}.safetensors"))
+    (folder / f"{name}.json").write_text(json.dumps({"config": dict(model.cfg), **(extra or {})}, indent=1))
+
+
+def load_draft(target, folder: Path, name: str = DEFAULT_DRAFT_NAME, dtype=torch.float32) -> EagleDraft:
+    from safetensors.torch import load_file
+
+    if not (folder / f"{name}.safetensors").is_file() or not (folder / f"{name}.json").is_file():
+        raise FileNotFoundError(f"no draft weights {name}.safetensors/.json in {folder}; build them with "
+                                "python -m specdec_lesson.distill gen / train / export")
+    meta = json.loads((folder / f"{name}.json").read_text())
+    sd = load_file(str(folder / f"{name}.safetensors"))
+    model = EagleDraft(EagleConfig(meta["config"]), *_target_tables(target, dtype), d2t=sd["d2t"])
+    model.load_state_dict({k: (v.to(dtype) if v.is_floating_point() else v.long()) for k, v in sd.items()})
+    return model.to(dtype).eval()
+
+
+def load_default_draft(target) -> EagleDrafter:
+    """The shipped distilled draft for SmolLM2-135M-Instruct, as a Drafter for ``speculative_generate``."""
+    return EagleDrafter(load_draft(target, DEFAULT_DRAFT_DIR))
+
+
+def load_default_pair(device: str = "cpu", *, fast: bool = True, verbose: bool = True):
+    """``ModelPair(target, draft, tokenizer)``: SmolLM2-135M-Instruct (its linears pre-packed for
+    oneDNN when ``fast`` and on CPU) and the shipped distilled draft, fully offline."""
+    from .models import ModelPair, load_default_target
+
+    target, tok = load_default_target(device, fast=fast, verbose=verbose)
+    return ModelPair(target, load_default_draft(target), tok)
