@@ -161,11 +161,12 @@ def load_models(pair: str | None = "default", target: str | None = None, draft: 
     if pair == "default":
         if tdtype[dtype] not in (None, torch.float32):
             raise ValueError("the default pair runs in float32 (bf16 is slow on these CPUs); drop --dtype")
-        tgt, tok = M.load_default_target(device=device, verbose=False)
+        # fast=True: linears pre-packed for oneDNN on CPU, for every method alike (ar, chain, hf, ...)
+        tgt, tok = M.load_default_target(device=device, verbose=False, fast=True)
         drf, dname = _default_draft(tgt, notes)
         if isinstance(drf, torch.nn.Module) and draft_device != device:
             drf = drf.to(draft_device)
-        info = {"pair": "default", "target": M.DEFAULT_TARGET_NAME, "draft": dname}
+        info = {"pair": "default", "target": M.DEFAULT_TARGET_NAME + " (linears pre-packed for oneDNN on CPU)", "draft": dname}
         return Loaded(tgt, drf, tok, info, notes, tok.eos_token_id)
     tname, dname = (target, draft) if pair is None else PAIRS[pair]
     ldtype = tdtype[dtype] or (torch.float32 if device == "cpu" and not target_device_map else torch.bfloat16)

@@ -78,11 +78,18 @@ class Profile:
         return cls(**{k: d[k] for k in ("verify_curve", "t_draft", "alpha", "overhead", "t_baseline", "notes") if k in d})
 
 
-def predict_speedup(profile: Profile, k: int, alpha: float | None = None) -> float:
-    """E[tokens](alpha, K) * t_baseline / (K * t_draft + T(K + 1) + overhead)."""
+def predict_speedup(profile: Profile, k: int, alpha: float | None = None, tokens_per_step: float | None = None) -> float:
+    """E[tokens] * t_baseline / (K * t_draft + T(K + 1) + overhead).
+
+    E[tokens] is the closed form (1 - alpha^(K+1)) / (1 - alpha), which assumes every draft is
+    accepted independently with the same probability alpha; or ``tokens_per_step`` when given:
+    the mean accepted length + 1 (tau) of the run's acceptance histogram, which keeps the
+    correlation between positions (a draft that is right tends to stay right) that the
+    i.i.d. closed form ignores."""
     a = profile.alpha if alpha is None else alpha
     base = profile.t_baseline if profile.t_baseline is not None else profile.T(1)
-    return expected_tokens(a, k) * base / (k * profile.t_draft + profile.T(k + 1) + profile.overhead)
+    e = expected_tokens(a, k) if tokens_per_step is None else float(tokens_per_step)
+    return e * base / (k * profile.t_draft + profile.T(k + 1) + profile.overhead)
 
 
 def profile_from_stats(stats: SpecStats, verify_curve: Mapping[int, float], *, baseline: SpecStats | None = None,
