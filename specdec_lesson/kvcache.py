@@ -190,8 +190,10 @@ class SlotCache:
     ``since`` and crops the slots no row needs any more.
     """
 
-    def __init__(self, model: torch.nn.Module, batch_size: int, device, *, paged: bool = False, block_size: int = 16) -> None:
+    def __init__(self, model: torch.nn.Module, batch_size: int, device, *, paged: bool = False, block_size: int = 16,
+                 use_kernels: bool | None = None) -> None:
         self.model = model
+        self.use_kernels = use_kernels  # compaction by the Triton kernel: None = when CUDA and triton are there
         self.cache: Cache = PagedKVCache.for_model(model, batch_size, block_size) if paged else DynamicCache()
         self.valid = torch.zeros(batch_size, 0, dtype=torch.bool, device=device)  # [B, S]
         self.lengths = torch.zeros(batch_size, dtype=torch.long, device=device)  # [B] next position per row
@@ -297,6 +299,15 @@ class SlotCache:
         ``since``, increasing); the move is :func:`specdec_lesson.kernels.reference.compact_kv`
         on every layer, for the contiguous (``DynamicCache``) and the paged cache alike."""
         from .kernels.reference import compact_kv  # torch only, no triton
+
+        if self.use_kernels or (self.use_kernels is None and self.valid.is_cuda):
+            from .kernels import compact_kv_triton, kernels_available, triton_importable
+
+            # on CUDA the compiled kernel; use_kernels=True on a CPU runs it in the Triton interpreter
+            if kernels_available() if self.valid.is_cuda else triton_importable():
+                compact_kv = compact_kv_triton  # same signature, bit-equal (tests/test_kernels.py)
+            elif self.use_kernels:
+                raise ValueError("use_kernels=True needs triton (and CUDA for speed)")
 
         S = self.num_slots
         B = self.valid.shape[0]

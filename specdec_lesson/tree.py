@@ -247,7 +247,7 @@ def _tree_drafter(draft):
 def tree_generate(
     target: torch.nn.Module, draft, input_ids, max_new_tokens: int, tree=StaticTree(), temperature: float = 0.0,
     top_k: int | None = None, top_p: float | None = None, generator: torch.Generator | None = None, *,
-    eos_token_id=None, attention_mask=None, paged: bool = False, rule: str | None = None,
+    eos_token_id=None, attention_mask=None, paged: bool = False, rule: str | None = None, use_kernels: bool | None = None,
 ) -> tuple[list[torch.Tensor], SpecStats]:
     """Speculative decoding with a token tree per step, exact in distribution (batch size 1).
 
@@ -257,9 +257,8 @@ def tree_generate(
     :class:`DynamicTree`.  ``rule`` overrides the tree's sibling rule (teaching only: a wrong
     rule is biased).  Returns per-row new tokens and a :class:`SpecStats` whose ``k`` is the
     tree's maximum depth, ``accept_hist`` counts accepted depths 0..k, and ``tau`` is tokens per
-    target forward.  Batches of more than one prompt raise ValueError (trees are B = 1 here)."""
-    # the chain engine's input handling and output bookkeeping, shared (imported here: speculative sits above tree)
-
+    target forward.  Batches of more than one prompt raise ValueError (trees are B = 1 here).
+    ``use_kernels``: KV compaction by the Triton kernel (default: on when CUDA and triton are present)."""
     if not isinstance(tree, (StaticTree, DynamicTree)):
         raise ValueError(f"tree must be a StaticTree or a DynamicTree, got {type(tree).__name__}")
     sampling = SamplingConfig(temperature, top_k, top_p)
@@ -278,7 +277,7 @@ def tree_generate(
     out = Outputs(1, max_new_tokens, eos_of(target, eos_token_id))
     forwards0 = drafter.forwards
     t0 = clock()
-    state = SlotCache(target, 1, device, paged=paged)
+    state = SlotCache(target, 1, device, paged=paged, use_kernels=use_kernels)  # Triton KV compaction on CUDA
     hidden = None
     if ids.shape[1] > 1:
         _, hidden = state.forward(ids[:, :-1], mask[:, :-1], has_holes=not bool(mask.all()), output_hidden=need_hidden)

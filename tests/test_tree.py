@@ -379,3 +379,14 @@ def test_shipped_draft_tree_greedy_on_real_target():
                                eos_token_id=tok.eos_token_id)
     assert torch.equal(out[0], ref[0])
     assert stats.tau > 1.5
+
+
+def test_tree_generate_with_triton_compaction_matches_torch():
+    """use_kernels=True routes KV compaction through the Triton kernel (the interpreter on a CPU):
+    the same tokens as the torch reference path, contiguous and paged."""
+    target = tiny_llama(vocab_size=64, seed=0)
+    draft = tiny_llama(vocab_size=64, hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, seed=1)
+    for paged in (False, True):
+        ref, _ = tree_generate(target, draft, [[5, 17, 3, 44]], 10, tree=StaticTree((2, 2, 1)), paged=paged, use_kernels=False)
+        out, _ = tree_generate(target, draft, [[5, 17, 3, 44]], 10, tree=StaticTree((2, 2, 1)), paged=paged, use_kernels=True)
+        assert torch.equal(out[0], ref[0])
