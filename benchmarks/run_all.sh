@@ -16,5 +16,5 @@ python -m specdec_lesson.bench --pair default --task code,math --limit 3 --repea
   --method ar,chain --temperature 0.7 --max-new-tokens 96 --no-progress --out "$R/bench_default_t07.json"
 python -m specdec_lesson.bench --report "$R/bench_default_t0.json"
 python -m specdec_lesson.bench --report "$R/bench_default_t07.json"
-python benchmarks/tree_vs_chain.py --quick --threads 2 --out "$R/tree_vs_chain.json"
+python benchmarks/tree_vs_chain.py --threads 2 --prompts 2 --max-new 64 --out "$R/tree_vs_chain.json"
 python benchmarks/calibrate.py --repeats 2
