@@ -15,6 +15,8 @@ drafter samples from exactly the ``sampling.probs`` it returns.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 import torch
 
 from .kvcache import SlotCache
@@ -23,20 +25,23 @@ from .sampling import SamplingConfig, as_float, sample_from_probs
 __all__ = ["Drafter", "ModelDrafter", "PromptLookupDrafter"]
 
 
-class Drafter:
+class Drafter(ABC):
     """Base class of draft sources (see the module docstring for the protocol)."""
 
     needs_target_hidden: bool = False
     forwards: int = 0  # draft model forwards so far (0 for model-free drafters)
 
+    @abstractmethod
     def begin(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, target_hidden: torch.Tensor | None) -> None:
-        raise NotImplementedError  # pragma: no cover - interface
+        """Start a generation after the target's prefill (``target_hidden``: its last hidden states)."""
 
+    @abstractmethod
     def propose(self, k: int, sampling: SamplingConfig, generator: torch.Generator | None):
-        raise NotImplementedError  # pragma: no cover - interface
+        """``(draft_tokens [B, K'], draft_probs [B, K', V] or None)`` with K' <= k."""
 
+    @abstractmethod
     def commit(self, num_accepted: torch.Tensor, next_token: torch.Tensor, target_hidden: torch.Tensor | None) -> None:
-        raise NotImplementedError  # pragma: no cover - interface
+        """Row b committed its first ``num_accepted[b]`` drafts, then ``next_token[b]``."""
 
 
 class ModelDrafter(Drafter):
