@@ -323,10 +323,7 @@ def test_methods_needing_a_draft_fail_clearly_without_one():
         _check_methods(loaded, BenchSettings(methods=["ar", "chain"]).labels())
 
 
-def test_tree_method_runs_when_the_tree_module_provides_it():
-    tree = pytest.importorskip("specdec_lesson.tree")
-    if not hasattr(tree, "tree_generate"):
-        pytest.skip("specdec_lesson.tree has no tree_generate yet")
+def test_tree_method_runs():
     from specdec_lesson.bench.runner import load_models, run_benchmark
 
     s = BenchSettings(tasks=["math"], methods=["ar", "tree"], max_new_tokens=4, repeats=1, warmup=0, limit=1)

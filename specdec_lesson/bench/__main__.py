@@ -3,7 +3,7 @@
 Examples::
 
     python -m specdec_lesson.bench --pair default --task code,math --k 1,2,4 --repeats 3
-    python -m specdec_lesson.bench --pair tiny --limit 2 --max-new-tokens 8 --repeats 1 --out /tmp/r.json
+    python -m specdec_lesson.bench --pair tiny --limit 2 --max-new-tokens 8 --repeats 1 --out results.json
     python -m specdec_lesson.bench --prompts mine.jsonl --method ar,prompt-lookup,hf-prompt-lookup
     python -m specdec_lesson.bench --report benchmarks/results/bench_default_....json
 
