@@ -11,7 +11,7 @@ import math
 
 import torch
 
-__all__ = ["logits_to_probs", "sample_from_probs", "check_sampling_args", "is_greedy", "SamplingConfig", "as_float"]
+__all__ = ["logits_to_probs", "sample_from_probs", "check_sampling_args", "SamplingConfig", "as_float"]
 
 
 def check_sampling_args(temperature: float, top_k: int | None, top_p: float | None) -> None:
@@ -31,10 +31,6 @@ def check_sampling_args(temperature: float, top_k: int | None, top_p: float | No
 def as_float(logits: torch.Tensor) -> torch.Tensor:
     """fp16/bf16 logits -> fp32 before softmax; fp32/fp64 unchanged."""
     return logits if logits.dtype in (torch.float32, torch.float64) else logits.float()
-
-
-def is_greedy(temperature: float) -> bool:
-    return temperature == 0
 
 
 def logits_to_probs(

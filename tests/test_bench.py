@@ -247,7 +247,7 @@ def test_cli_bad_input_one_line(capsys, argv, fragment):
     import torch
 
     if argv[:1] == ["--device"] and torch.cuda.is_available():
-        pytest.skip("this machine has CUDA")
+        pytest.skip("--device cuda is valid on this CUDA machine: this case checks the error on a machine without CUDA")
     _expect_error(capsys, ["--pair", "tiny", "--no-progress", *argv] if argv[0] != "--pair" else argv, fragment)
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from specdec_lesson.distill import run_gen, run_train
-from specdec_lesson.eagle import DEFAULT_DRAFT_DIR, EagleConfig, EagleDraft, EagleDrafter, _target_tables
+from specdec_lesson.eagle import EagleConfig, EagleDraft, EagleDrafter, _target_tables
 from specdec_lesson.models import tiny_llama
 from specdec_lesson.sampling import SamplingConfig
 from specdec_lesson.speculative import autoregressive_generate, speculative_generate
@@ -159,7 +159,6 @@ def test_training_prompts_disjoint_from_evaluation():
         assert p["question"].strip() not in text
 
 
-@pytest.mark.skipif(not (DEFAULT_DRAFT_DIR / "eagle_smollm2.safetensors").exists(), reason="shipped draft not built")
 def test_shipped_draft_greedy_exact_on_real_target():
     from specdec_lesson.distill_data import CODE_TEMPLATE, MATH_TEMPLATE, chat_text
     from specdec_lesson.eagle import load_default_pair

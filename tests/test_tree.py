@@ -359,13 +359,6 @@ def test_compact_moves_each_rows_path_and_marks_holes(paged):
         state.compact(since, [[0, 9], [0]])
 
 
-def _shipped_draft_exists() -> bool:
-    from specdec_lesson.eagle import DEFAULT_DRAFT_DIR
-
-    return (DEFAULT_DRAFT_DIR / "eagle_smollm2.safetensors").exists()
-
-
-@pytest.mark.skipif(not _shipped_draft_exists(), reason="shipped draft not built")
 def test_shipped_draft_tree_greedy_on_real_target():
     """The default pair (fp32 SmolLM2 + the shipped EAGLE-style draft): greedy tree decoding
     reproduces greedy decoding on a code prompt, and the tree accepts more than one token a step."""
