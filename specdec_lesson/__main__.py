@@ -2,7 +2,8 @@
 
 Loads the offline default pair (SmolLM2-135M-Instruct and the project's distilled draft),
 generates a completion for a code prompt and a math prompt with plain decoding and with
-speculative decoding, and prints tokens/s, the speedup, acceptance statistics and the text.
+speculative decoding (the draft alone, and the draft + prompt lookup: ``hybrid.HybridDrafter``),
+and prints tokens/s, the speedup, acceptance statistics and the text.
 """
 
 from __future__ import annotations
@@ -87,17 +88,25 @@ def main(argv: list[str] | None = None) -> int:
         t = time.perf_counter()
         ar, _ = autoregressive_generate(target, ids, args.max_new_tokens, args.temperature, generator=g)
         t_ar = time.perf_counter() - t
-        g = torch.Generator().manual_seed(args.seed)
-        t = time.perf_counter()
-        sp, st = speculative_generate(target, draft, ids, args.max_new_tokens, k=k, temperature=args.temperature, generator=g)
-        t_sp = time.perf_counter() - t
-        n_ar, n_sp = len(ar[0]), len(sp[0])
+        runs = [("speculative decoding", draft)]
+        if getattr(draft, "accepts_foreign_proposals", False):
+            from .hybrid import HybridDrafter
+
+            runs.append(("+ prompt lookup     ", HybridDrafter(draft, lookup_k=max(8, k))))
+        n_ar = len(ar[0])
         print(f"\n=== {name} prompt ===")
         print(f"plain decoding      : {n_ar} tokens in {t_ar:.2f} s = {n_ar / t_ar:6.1f} tokens/s")
-        print(f"speculative decoding: {n_sp} tokens in {t_sp:.2f} s = {n_sp / t_sp:6.1f} tokens/s "
-              f"(speedup {t_ar / n_ar / (t_sp / n_sp):.2f}x, alpha {st.alpha:.2f}, tau {st.tau:.2f} tokens/forward)")
-        if args.temperature == 0:
-            print(f"greedy outputs identical: {torch.equal(ar[0], sp[0])}")
+        for label, drafter in runs:
+            g = torch.Generator().manual_seed(args.seed)
+            t = time.perf_counter()
+            sp, st = speculative_generate(target, drafter, ids, args.max_new_tokens, k=k, temperature=args.temperature,
+                                          generator=g)
+            t_sp = time.perf_counter() - t
+            n_sp = len(sp[0])
+            print(f"{label}: {n_sp} tokens in {t_sp:.2f} s = {n_sp / t_sp:6.1f} tokens/s "
+                  f"(speedup {t_ar / n_ar / (t_sp / n_sp):.2f}x, alpha {st.alpha:.2f}, tau {st.tau:.2f} tokens/forward)")
+            if args.temperature == 0:
+                print(f"greedy outputs identical: {torch.equal(ar[0], sp[0])}")
         print("--- speculative output ---")
         print(tok.decode(sp[0], skip_special_tokens=True).strip())
     return 0

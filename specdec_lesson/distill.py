@@ -1,5 +1,7 @@
 """Distilling the default draft from the target: ``python -m specdec_lesson.distill {gen,train,heldout,export}``.
 
+corpus   teacher-forced data: real code (HumanEval 0..81 solutions, standard-library functions) as replies
+         to the benchmark's code prompt, with the target's hidden states; no generation, so much cheaper.
 gen      teacher data: the target's own responses (greedy, and 1 batch in ``--sample-every`` at T=0.7) to
          training prompts (``distill_data``), with its last hidden states; one shard file per batch.
 train    the EAGLE-style draft (``eagle.EagleDraft``) on those shards, checkpointing atomically.
@@ -81,7 +83,7 @@ def run_gen(out: Path, n_code: int, n_math: int, batch: int, max_new: int, seed:
     mine = [i for i in range(n_batches) if i % workers == worker]
     written = 0
     for i in tqdm(mine, desc=f"gen w{worker}", disable=not progress):
-        path = out / "data" / f"shard_{i:05d}.pt"
+        path = out / "data" / (f"shard_{i:05d}.pt" if seed == 0 else f"shard_s{seed}_{i:05d}.pt")
         if path.exists():
             continue
         temperature = 0.7 if sample_every and i % sample_every == sample_every - 1 else 0.0
@@ -90,6 +92,44 @@ def run_gen(out: Path, n_code: int, n_math: int, batch: int, max_new: int, seed:
         rows = generate_teacher(model, prompts[sl], max_new, temperature, gen, eos, pad)
         for r, k in zip(rows, kinds[sl]):
             r["kind"], r["temperature"] = k, temperature
+        atomic_save(rows, path)
+        written += 1
+    return written
+
+
+def run_corpus(out: Path, n: int, seed: int, shard_size: int = 64, budget: int = 4096, max_len: int = 1024,
+               fast: bool = False, progress: bool = True) -> int:
+    """Teacher-forced data (``distill_data.code_corpus``): one target forward per sequence, no generation, so
+    about 5x more positions per second than ``gen``.  Writes ``out/data/shard_tf{seed}_XXXXX.pt``; resumable."""
+    from tqdm import tqdm
+
+    from .distill_data import code_corpus, teacher_forced_rows
+
+    model, tok = _teacher(fast, seed)
+    if fast:
+        seqs = _fast_prompts(2 * n, seed)
+        items = [(seqs[2 * i], seqs[2 * i + 1] + [2]) for i in range(n)]
+    else:
+        items = [(tok(chat_text(tok, u), add_special_tokens=False)["input_ids"],
+                  tok(a, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]) for u, a in code_corpus(n, seed)]
+    if not items:
+        raise ValueError("the code corpus is empty")
+    written = 0
+    for i in tqdm(range(0, len(items), shard_size), desc="corpus", disable=not progress):
+        path = out / "data" / f"shard_tf{seed}_{i // shard_size:05d}.pt"
+        if path.exists():
+            continue
+        chunk = sorted(items[i: i + shard_size], key=lambda pa: len(pa[0]) + len(pa[1]))
+        seqs = [(p + a)[:max_len] for p, a in chunk]
+        rows, j = [], 0
+        while j < len(seqs):  # sub-batches of at most ``budget`` padded positions
+            m = 1
+            while j + m < len(seqs) and len(seqs[j + m]) * (m + 1) <= budget:
+                m += 1
+            rows += teacher_forced_rows(model, seqs[j: j + m], [min(len(p), max_len - 1) for p, _ in chunk[j: j + m]])
+            j += m
+        for r in rows:
+            r["kind"], r["temperature"], r["source"] = "code", None, "corpus"
         atomic_save(rows, path)
         written += 1
     return written
@@ -285,6 +325,10 @@ def main(argv: list[str] | None = None) -> None:
     g.add_argument("--sample-every", type=int, default=5)
     g.add_argument("--worker", type=int, default=0)
     g.add_argument("--workers", type=int, default=1)
+    c = sub.add_parser("corpus", help="teacher-forced code data (no generation)")
+    c.add_argument("--out", type=Path, default=Path("runs/distill"))
+    c.add_argument("--n", type=int, default=4000, help="number of (prompt, function) pairs")
+    c.add_argument("--shard-size", type=int, default=64)
     t = sub.add_parser("train", help="train the draft")
     t.add_argument("--out", type=Path, default=Path("runs/distill"))
     t.add_argument("--steps", type=int, default=1500)
@@ -306,7 +350,7 @@ def main(argv: list[str] | None = None) -> None:
     x.add_argument("--step", type=int, default=None, help="checkpoint to ship (default: the last)")
     x.add_argument("--curve-every", type=int, default=1)
     x.add_argument("--n-sub", type=int, default=None, help="re-choose the output subset with this many tokens")
-    for p in (g, t, h, x):
+    for p in (g, c, t, h, x):
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--fast", action="store_true")
         p.add_argument("--threads", type=int, default=1)
@@ -315,6 +359,9 @@ def main(argv: list[str] | None = None) -> None:
     t0 = time.time()
     if a.cmd == "gen":
         n = run_gen(a.out, a.n_code, a.n_math, a.batch, a.max_new, a.seed, a.worker, a.workers, a.sample_every, a.fast)
+        print(json.dumps({"shards_written": n, "seconds": round(time.time() - t0, 1)}))
+    elif a.cmd == "corpus":
+        n = run_corpus(a.out, a.n, a.seed, a.shard_size, fast=a.fast)
         print(json.dumps({"shards_written": n, "seconds": round(time.time() - t0, 1)}))
     elif a.cmd == "heldout":
         from .distill_eval import run_heldout

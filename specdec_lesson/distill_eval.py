@@ -56,8 +56,10 @@ def offline_alpha(drafter, rows: list[dict], k: int = 4) -> dict:
         while pos + 1 < len(toks):
             kk = min(k, len(toks) - pos - 1)
             drafts, _ = drafter.propose(kk, greedy, None)
+            drafts = drafts[0, : len(toks) - pos - 1]  # a drafter may propose fewer (or more) than k
+            kk = len(drafts)
             truth = toks[pos + 1: pos + 1 + kk]
-            match = (drafts[0] == truth).long().cumprod(0)
+            match = (drafts == truth).long().cumprod(0)
             n = int(match.sum())
             nxt = pos + n + 1
             stats = acc.setdefault(r.get("kind", "all"), [0, 0, 0, 0])

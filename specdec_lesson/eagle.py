@@ -145,6 +145,7 @@ class EagleDrafter(Drafter):
     (ragged rows simply write at different slots), rolled back on rejection by invalidating slots."""
 
     needs_target_hidden = True
+    accepts_foreign_proposals = True  # commit re-feeds the accepted tokens: any proposal source works (hybrid.py)
     default_k = 4  # the best chain length measured for the shipped draft on this CPU (k = 3 and 4 tie)
 
     def __init__(self, model: EagleDraft, *, add_prompt_tokens: bool = True) -> None:
@@ -227,6 +228,10 @@ class EagleDrafter(Drafter):
         self.last_tokens = torch.stack(tokens, 1)  # [B, K]
         return self.last_tokens, (torch.stack(probs, 1) if probs else None)  # [B, K], [B, K, V] or None
 
+    def propose_foreign(self, tokens: torch.Tensor) -> None:
+        """This step's proposal [B, K] came from elsewhere (``HybridDrafter``); commit feeds what was accepted."""
+        self.last_tokens = tokens
+
     @torch.inference_mode()
     def commit(self, num_accepted: torch.Tensor, next_token: torch.Tensor, target_hidden: torch.Tensor | None) -> None:
         B, K = self.last_tokens.shape
@@ -241,8 +246,6 @@ class EagleDrafter(Drafter):
         g = self._step(feats, toks, j <= num_accepted[:, None])  # [B, M, H]
         self.g_last = g[torch.arange(B, device=dev), num_accepted]  # [B, H]
         self.cursor += num_accepted + 1
-
-
     # ------------------------------------------------------------------ token trees (tree.py, batch size 1)
 
     def _full_logits(self, g: torch.Tensor) -> torch.Tensor:

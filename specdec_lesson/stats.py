@@ -64,6 +64,8 @@ class SpecStats:
         for n, e, a in zip(num_accepted, emitted, active):
             if not a:
                 continue
+            if n >= len(self.accept_hist):  # a drafter may propose more than k (hybrid.HybridDrafter's lookup)
+                self.accept_hist.extend([0] * (n + 1 - len(self.accept_hist)))
             self.accept_hist[n] += 1
             self.accepted += n
             self.proposed += k_step

@@ -22,6 +22,23 @@ def fast_data(tmp_path_factory):
     return out
 
 
+def test_corpus_is_resumable_and_teacher_forced_rows_match_single_passes(tmp_path):
+    from specdec_lesson.distill import run_corpus
+    from specdec_lesson.distill_data import teacher_forced_rows
+
+    assert run_corpus(tmp_path, n=20, seed=0, shard_size=8, budget=40, fast=True, progress=False) == 3
+    assert run_corpus(tmp_path, n=20, seed=0, shard_size=8, budget=40, fast=True, progress=False) == 0
+    rows = torch.load(tmp_path / "data" / "shard_tf0_00000.pt")
+    assert len(rows) == 8 and all(r["feats"].shape == (len(r["tokens"]) - 1, 32) for r in rows)
+    target = tiny_llama(vocab_size=96, hidden_size=32, num_layers=2, seed=0, dtype=torch.float32)
+    seqs = [[5, 6, 7, 8, 9, 10, 11], [12, 13, 14], [20, 21, 22, 23, 24]]
+    batched = teacher_forced_rows(target, seqs, [2, 1, 3])  # right-padded batch
+    for s, r in zip(seqs, batched):
+        alone = teacher_forced_rows(target, [s], [1])[0]
+        assert torch.equal(r["tokens"], alone["tokens"])
+        torch.testing.assert_close(r["feats"].float(), alone["feats"].float(), atol=2e-3, rtol=0)
+
+
 def _copy_data(src, dst):
     shutil.copytree(src / "data", dst / "data")
     return dst
@@ -145,12 +162,14 @@ def test_greedy_speculative_with_eagle_equals_target_tiny():
 
 
 def test_training_prompts_disjoint_from_evaluation():
+    """Every training source of the shipped draft: gen prompts of seeds 0 and 1, and the teacher-forced corpus."""
     from specdec_lesson.bench.tasks import code_problems, math_problems
-    from specdec_lesson.distill_data import training_prompts
+    from specdec_lesson.distill_data import code_corpus, training_prompts
 
-    train = training_prompts(1200, 500, seed=0)
-    text = "\n".join(t for _, t in train)
-    assert len(train) == 1700
+    train = training_prompts(1200, 500, seed=0) + training_prompts(600, 600, seed=1)
+    corpus = code_corpus(100_000, seed=0)
+    text = "\n".join([t for _, t in train] + [u + "\n" + a for u, a in corpus])
+    assert len(train) == 2900 and len(corpus) > 4000
     for p in code_problems("eval"):
         assert p["prompt"].strip() not in text, p["task_id"]
         sig = next(line for line in p["prompt"].splitlines() if line.startswith(f"def {p['entry_point']}("))

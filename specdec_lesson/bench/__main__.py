@@ -50,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("what to run")
     g.add_argument("--task", default=None, help="comma list of code, math, prompts (default code,math; prompts with --prompts)")
     g.add_argument("--prompts", default=None, help="JSONL file, one {\"prompt\": ...} object per line")
-    g.add_argument("--method", default=DEFAULT_METHODS, help=f"comma list (default {DEFAULT_METHODS}; also tree)")
+    g.add_argument("--method", default=DEFAULT_METHODS, help=f"comma list (default {DEFAULT_METHODS}; also hybrid, tree)")
     g.add_argument("--k", default="4", help="drafts per step: one value or a sweep like 1,2,4,8")
     g.add_argument("--max-new-tokens", type=int, default=128)
     g.add_argument("--temperature", type=float, default=0.0)
@@ -61,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--limit", type=int, default=None, help="at most this many prompts per task")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--check-code", action="store_true", help="run HumanEval tests on the replies (executes model code)")
+    g.add_argument("--hybrid-lookup-k", type=int, default=8, help="hybrid: drafts per step when prompt lookup drafts")
     g = p.add_argument_group("models and devices")
     g.add_argument("--pair", default="default", help="default, tiny, llama3-8b-70b, qwen2.5-0.5b-7b")
     g.add_argument("--target", default=None, help="target model path or hub name (with --draft)")
@@ -103,7 +104,7 @@ def _settings(a):
     methods = _csv(a.method)
     s = BenchSettings(tasks=tasks, methods=methods, ks=_ks(a.k), max_new_tokens=a.max_new_tokens, temperature=a.temperature,
                       top_k=a.top_k, top_p=a.top_p, repeats=a.repeats, warmup=a.warmup, limit=a.limit, seed=a.seed,
-                      prompts_file=a.prompts, check_code=a.check_code)
+                      prompts_file=a.prompts, check_code=a.check_code, hybrid_lookup_k=a.hybrid_lookup_k)
     s.validate()
     if a.prompts:
         from .tasks import load_prompts

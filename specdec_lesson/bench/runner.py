@@ -30,8 +30,8 @@ from .metrics import AR_LABEL, prompt_table, task_table
 __all__ = ["METHODS", "PAIRS", "BenchSettings", "Loaded", "load_models", "run_benchmark", "write_results", "load_results",
            "check_code_reply", "CharTokenizer", "machine_info"]
 
-METHODS = ("ar", "chain", "tree", "prompt-lookup", "hf", "hf-assisted", "hf-prompt-lookup")
-K_METHODS = {"chain", "prompt-lookup", "hf-assisted", "hf-prompt-lookup"}  # tree: the StaticTree default shape
+METHODS = ("ar", "chain", "hybrid", "tree", "prompt-lookup", "hf", "hf-assisted", "hf-prompt-lookup")
+K_METHODS = {"chain", "hybrid", "prompt-lookup", "hf-assisted", "hf-prompt-lookup"}  # tree: the StaticTree default shape
 RESULTS_FORMAT = "specdec-bench/1"
 
 
@@ -52,6 +52,7 @@ class BenchSettings:
     check_code: bool = False
     prompt_lookup_ngram: int = 3
     hf_assistant_layers: int = 8
+    hybrid_lookup_k: int = 8  # hybrid: proposals per step when prompt lookup drafts (hybrid.HybridDrafter)
 
     def validate(self) -> None:
         for t in self.tasks:
@@ -62,7 +63,7 @@ class BenchSettings:
                 raise ValueError(f"unknown method {m!r}; choose from {', '.join(METHODS)}")
         if not self.ks or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in self.ks):
             raise ValueError(f"every K must be an integer >= 1, got {self.ks}")
-        for name in ("max_new_tokens", "repeats"):
+        for name in ("max_new_tokens", "repeats", "hybrid_lookup_k"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.warmup < 0 or (self.limit is not None and self.limit < 1):
@@ -124,7 +125,7 @@ def _run_one(loaded: Loaded, method: str, k: int | None, ids: list[int], s: Benc
     dev = loaded.device
     x = torch.tensor([ids], dtype=torch.long, device=dev)  # [1, L]
     samp = dict(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p)
-    if method in ("ar", "chain", "prompt-lookup", "tree"):
+    if method in ("ar", "chain", "hybrid", "prompt-lookup", "tree"):
         gen = torch.Generator(device=dev).manual_seed(seed)
         if method == "ar":
             toks, stats = autoregressive_generate(loaded.target, x, s.max_new_tokens, **samp, generator=gen,
@@ -133,7 +134,12 @@ def _run_one(loaded: Loaded, method: str, k: int | None, ids: list[int], s: Benc
             toks, stats = _tree_generate()(loaded.target, loaded.draft, x, s.max_new_tokens, **samp, generator=gen,
                                            eos_token_id=loaded.eos_token_id)  # the default StaticTree shape
         else:
-            draft = loaded.draft if method == "chain" else PromptLookupDrafter(max_ngram=s.prompt_lookup_ngram)
+            if method == "hybrid":
+                from ..hybrid import HybridDrafter
+
+                draft = HybridDrafter(loaded.draft, lookup_k=s.hybrid_lookup_k)
+            else:
+                draft = loaded.draft if method == "chain" else PromptLookupDrafter(max_ngram=s.prompt_lookup_ngram)
             toks, stats = speculative_generate(loaded.target, draft, x, s.max_new_tokens, k=k, **samp, generator=gen,
                                                eos_token_id=loaded.eos_token_id)
         return toks[0].tolist(), _stats_dict(stats)
@@ -187,9 +193,12 @@ def _seed(s: BenchSettings, task_index: int, prompt_index: int, repeat: int) -> 
 
 def _check_methods(loaded: Loaded, labels) -> None:
     methods = {m for _, m, _ in labels}
-    if loaded.draft is None and methods & {"chain", "tree"}:
-        raise ValueError(f"methods {sorted(methods & {'chain', 'tree'})} need a draft model, and this pair has none "
-                         "(use --method ar,prompt-lookup,hf,hf-prompt-lookup, or another --pair)")
+    if loaded.draft is None and methods & {"chain", "hybrid", "tree"}:
+        raise ValueError(f"methods {sorted(methods & {'chain', 'hybrid', 'tree'})} need a draft model, and this pair has "
+                         "none (use --method ar,prompt-lookup,hf,hf-prompt-lookup, or another --pair)")
+    if "hybrid" in methods and not getattr(loaded.draft, "accepts_foreign_proposals", False):
+        raise ValueError(f"method 'hybrid' needs a drafter that can commit prompt-lookup proposals (the default pair's "
+                         f"EagleDrafter); this pair's draft is {type(loaded.draft).__name__}")
     if "tree" in methods:
         _tree_generate()
     if "hf-assisted" in methods:
