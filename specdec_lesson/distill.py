@@ -9,13 +9,16 @@ heldout  the target's greedy answers to the benchmark's EVALUATION prompts, for 
 export   a checkpoint as fp16 safetensors + JSON config under ``specdec_lesson/data/``, with the
          acceptance-per-checkpoint curve (``distill_eval``).
 
-The shipped draft was made with (1 thread per process on a shared 2-core CPU; gen ran beside train)::
+The shipped draft was made with (on the 2-core CPU: the data commands ran side by side with 1 thread each,
+then train alone with 2 threads)::
 
-    python -m specdec_lesson.distill gen --workers 2 --worker {0,1}        # stopped after 14 shards
+    python -m specdec_lesson.distill gen --max-shards 14             # 224 answers, 50k positions (session 1)
+    python -m specdec_lesson.distill gen --seed 1 --n-code 600 --n-math 600 --batch 32 --max-new 256 --max-shards 26
+    python -m specdec_lesson.distill corpus --n 4600 --max-shards 36  # 2304 real functions, 562k positions
     python -m specdec_lesson.distill heldout --n-code 10 --n-math 10
-    python -m specdec_lesson.distill train --steps 800 --budget 1536 --lr 1e-3 --n-sub 4096 --unroll 2 \
-        --ckpt-every 20 --val-every 20 --reload
-    python -m specdec_lesson.distill export --curve-every 8 --n-sub 8192
+    python -m specdec_lesson.distill train --steps 1200 --budget 4096 --lr 1e-3 --n-sub 4096 --unroll 2 \
+        --ckpt-every 50 --val-every 100 --threads 2
+    python -m specdec_lesson.distill export --curve-every 2 --n-sub 8192
 
 Every file is written to a temporary name and renamed when complete (``atomic_save``), so an
 interrupted run never leaves a shard or checkpoint that passes for complete; rerunning the same
@@ -30,116 +33,15 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from .distill_data import chat_text, generate_teacher, training_prompts
+from .distill_teacher import _teacher, atomic_save, load_shards, run_corpus, run_gen
 
-__all__ = ["main", "run_gen", "run_train", "load_shards", "atomic_save"]
-
-
-def atomic_save(obj, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)  # atomic: the file is complete or absent
-
-
-def _teacher(fast: bool, seed: int):
-    if fast:
-        from .models import tiny_llama
-
-        return tiny_llama(vocab_size=96, hidden_size=32, num_layers=2, seed=seed, dtype=torch.float32), None
-    from .models import load_default_target
-
-    return load_default_target(verbose=False)
-
-
-def _fast_prompts(n: int, seed: int) -> list[list[int]]:
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randint(3, 96, (int(torch.randint(4, 12, (1,), generator=g)),), generator=g).tolist() for _ in range(n)]
-
-
-def run_gen(out: Path, n_code: int, n_math: int, batch: int, max_new: int, seed: int, worker: int = 0,
-            workers: int = 1, sample_every: int = 5, fast: bool = False, progress: bool = True) -> int:
-    """Write ``out/data/shard_XXXXX.pt`` for this worker's batches; returns the number of shards written."""
-    from tqdm import tqdm
-
-    model, tok = _teacher(fast, seed)
-    if fast:
-        prompts = _fast_prompts(n_code + n_math, seed)
-        kinds = ["code"] * len(prompts)
-        eos, pad = 2, 2
-    else:
-        items = training_prompts(n_code, n_math, seed)
-        kinds = [k for k, _ in items]
-        prompts = [tok(chat_text(tok, t), add_special_tokens=False)["input_ids"] for _, t in items]
-        eos, pad = tok.eos_token_id, tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-    n_batches = (len(prompts) + batch - 1) // batch
-    mine = [i for i in range(n_batches) if i % workers == worker]
-    written = 0
-    for i in tqdm(mine, desc=f"gen w{worker}", disable=not progress):
-        path = out / "data" / (f"shard_{i:05d}.pt" if seed == 0 else f"shard_s{seed}_{i:05d}.pt")
-        if path.exists():
-            continue
-        temperature = 0.7 if sample_every and i % sample_every == sample_every - 1 else 0.0
-        gen = torch.Generator().manual_seed(seed * 1_000_003 + i)  # one stream per shard: resumable, never reseeded in a loop
-        sl = slice(i * batch, (i + 1) * batch)
-        rows = generate_teacher(model, prompts[sl], max_new, temperature, gen, eos, pad)
-        for r, k in zip(rows, kinds[sl]):
-            r["kind"], r["temperature"] = k, temperature
-        atomic_save(rows, path)
-        written += 1
-    return written
-
-
-def run_corpus(out: Path, n: int, seed: int, shard_size: int = 64, budget: int = 4096, max_len: int = 1024,
-               fast: bool = False, progress: bool = True) -> int:
-    """Teacher-forced data (``distill_data.code_corpus``): one target forward per sequence, no generation, so
-    about 5x more positions per second than ``gen``.  Writes ``out/data/shard_tf{seed}_XXXXX.pt``; resumable."""
-    from tqdm import tqdm
-
-    from .distill_data import code_corpus, teacher_forced_rows
-
-    model, tok = _teacher(fast, seed)
-    if fast:
-        seqs = _fast_prompts(2 * n, seed)
-        items = [(seqs[2 * i], seqs[2 * i + 1] + [2]) for i in range(n)]
-    else:
-        items = [(tok(chat_text(tok, u), add_special_tokens=False)["input_ids"],
-                  tok(a, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]) for u, a in code_corpus(n, seed)]
-    if not items:
-        raise ValueError("the code corpus is empty")
-    written = 0
-    for i in tqdm(range(0, len(items), shard_size), desc="corpus", disable=not progress):
-        path = out / "data" / f"shard_tf{seed}_{i // shard_size:05d}.pt"
-        if path.exists():
-            continue
-        chunk = sorted(items[i: i + shard_size], key=lambda pa: len(pa[0]) + len(pa[1]))
-        seqs = [(p + a)[:max_len] for p, a in chunk]
-        rows, j = [], 0
-        while j < len(seqs):  # sub-batches of at most ``budget`` padded positions
-            m = 1
-            while j + m < len(seqs) and len(seqs[j + m]) * (m + 1) <= budget:
-                m += 1
-            rows += teacher_forced_rows(model, seqs[j: j + m], [min(len(p), max_len - 1) for p, _ in chunk[j: j + m]])
-            j += m
-        for r in rows:
-            r["kind"], r["temperature"], r["source"] = "code", None, "corpus"
-        atomic_save(rows, path)
-        written += 1
-    return written
-
-
-def load_shards(out: Path) -> list[dict]:
-    rows = []
-    for p in sorted((out / "data").glob("shard_*.pt")):
-        rows.extend(torch.load(p))
-    return rows
+__all__ = ["main", "run_gen", "run_corpus", "run_train", "load_shards", "atomic_save"]
 
 
 def choose_subset(rows: list[dict], n_sub: int, vocab: int, always: tuple[int, ...] = ()) -> torch.Tensor:
@@ -324,11 +226,13 @@ def main(argv: list[str] | None = None) -> None:
     g.add_argument("--max-new", type=int, default=192)
     g.add_argument("--sample-every", type=int, default=5)
     g.add_argument("--worker", type=int, default=0)
+    g.add_argument("--max-shards", type=int, default=None, help="only the first N shards (batches)")
     g.add_argument("--workers", type=int, default=1)
     c = sub.add_parser("corpus", help="teacher-forced code data (no generation)")
     c.add_argument("--out", type=Path, default=Path("runs/distill"))
     c.add_argument("--n", type=int, default=4000, help="number of (prompt, function) pairs")
     c.add_argument("--shard-size", type=int, default=64)
+    c.add_argument("--max-shards", type=int, default=None, help="only the first N shards")
     t = sub.add_parser("train", help="train the draft")
     t.add_argument("--out", type=Path, default=Path("runs/distill"))
     t.add_argument("--steps", type=int, default=1500)
@@ -358,10 +262,11 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(a.threads)
     t0 = time.time()
     if a.cmd == "gen":
-        n = run_gen(a.out, a.n_code, a.n_math, a.batch, a.max_new, a.seed, a.worker, a.workers, a.sample_every, a.fast)
+        n = run_gen(a.out, a.n_code, a.n_math, a.batch, a.max_new, a.seed, a.worker, a.workers, a.sample_every, a.fast,
+                    max_shards=a.max_shards)
         print(json.dumps({"shards_written": n, "seconds": round(time.time() - t0, 1)}))
     elif a.cmd == "corpus":
-        n = run_corpus(a.out, a.n, a.seed, a.shard_size, fast=a.fast)
+        n = run_corpus(a.out, a.n, a.seed, a.shard_size, fast=a.fast, max_shards=a.max_shards)
         print(json.dumps({"shards_written": n, "seconds": round(time.time() - t0, 1)}))
     elif a.cmd == "heldout":
         from .distill_eval import run_heldout

@@ -1,4 +1,4 @@
-"""Teacher data for the distilled draft: training prompts and the target's own responses.
+"""Teacher data for the distilled draft: training prompts, and real code for teacher-forced passes.
 
 Training prompts are disjoint from the benchmark's evaluation prompts by construction:
 
@@ -9,10 +9,8 @@ Training prompts are disjoint from the benchmark's evaluation prompts by constru
   than ``bench.tasks``), never the benchmark's generator.
 
 Both use the benchmark's exact user-message formats, wrapped by the tokenizer's chat template.
-``generate_teacher`` runs the target over a batch of prompts (greedy or sampled) with a KV cache
-and records, for every position, the token and the target's last hidden state after the final
-norm (what the engine passes to a feature-level drafter).  Teacher logits are recomputed from
-those features during training (``logits = features @ embedding.T``, the tied LM head).
+``code_corpus`` adds (prompt, real function) pairs for teacher-forced passes.  Running the target over
+them is ``distill_teacher``'s job.
 """
 
 from __future__ import annotations
@@ -23,11 +21,9 @@ import sysconfig
 import textwrap
 from pathlib import Path
 
-import torch
-
 __all__ = [
     "CODE_TEMPLATE", "MATH_TEMPLATE", "chat_text", "humaneval_train_prompts", "stdlib_function_prompts",
-    "math_train_questions", "training_prompts", "generate_teacher", "code_corpus", "teacher_forced_rows",
+    "math_train_questions", "training_prompts", "code_corpus",
 ]
 
 CODE_TEMPLATE = (
@@ -105,20 +101,6 @@ def code_corpus(limit: int, seed: int, root: str | None = None) -> list[tuple[st
     return [(CODE_TEMPLATE.format(prompt=h), f"```python\n{w.rstrip()}\n```") for h, w in pairs[:limit]]
 
 
-@torch.no_grad()
-def teacher_forced_rows(model, sequences: list[list[int]], n_prompts: list[int]) -> list[dict]:
-    """One forward over each whole sequence (right-padded batch): rows like ``generate_teacher``'s."""
-    B, L = len(sequences), max(len(s) for s in sequences)
-    ids = torch.zeros(B, L, dtype=torch.long)  # [B, L]
-    mask = torch.zeros(B, L, dtype=torch.long)  # [B, L]
-    for b, s in enumerate(sequences):
-        ids[b, : len(s)] = torch.tensor(s)
-        mask[b, : len(s)] = 1
-    h = model.model(input_ids=ids, attention_mask=mask).last_hidden_state  # [B, L, H]
-    return [{"tokens": torch.tensor(s, dtype=torch.int32), "feats": h[b, : len(s) - 1].to(torch.float16),
-             "n_prompt": n} for b, (s, n) in enumerate(zip(sequences, n_prompts))]
-
-
 _NAMES = ["Ravi", "Ines", "Tomasz", "Keiko", "Dmitri", "Amara", "Lucia", "Oskar", "Femi", "Hana", "Mateo", "Priya",
           "Jonas", "Leila", "Bruno", "Yara", "Chen", "Nadia", "Emeka", "Sofia", "Arjun", "Greta", "Omar", "Mei"]
 _ITEMS = ["stickers", "marbles", "postcards", "seashells", "pencils", "buttons", "stamps", "beads", "cards", "coins"]
@@ -192,60 +174,3 @@ def training_prompts(n_code: int, n_math: int, seed: int) -> list[tuple[str, str
     order = sorted(range(len(items)), key=lambda i: (i if items[i][0] == "code" else (i - len(code))) / max(
         1, len(code) if items[i][0] == "code" else len(math)))
     return [items[i] for i in order]
-
-
-@torch.no_grad()
-def generate_teacher(
-    model, prompt_ids: list[list[int]], max_new_tokens: int, temperature: float, generator: torch.Generator,
-    eos_token_id: int, pad_token_id: int,
-) -> list[dict]:
-    """Target responses with KV cache; returns per row {"tokens": int32 [L], "feats": fp16 [L-1, H], "n_prompt"}.
-    feats[t] is the target's last hidden state (after the final norm) at position t, i.e. the feature that
-    predicts tokens[t+1].  Finished rows leave the batch (``batch_select_indices``)."""
-    from transformers import DynamicCache
-
-    B = len(prompt_ids)
-    L = max(len(p) for p in prompt_ids)
-    ids = torch.full((B, L), pad_token_id, dtype=torch.long)  # [B, L]
-    mask = torch.zeros(B, L, dtype=torch.long)  # [B, L]
-    for b, p in enumerate(prompt_ids):
-        ids[b, L - len(p):] = torch.tensor(p)
-        mask[b, L - len(p):] = 1
-    pos = (mask.cumsum(-1) - 1).clamp(min=0)  # [B, L]
-    cache = DynamicCache(config=model.config)
-    head = model.get_output_embeddings().weight  # [V, H]
-    h = model.model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache, use_cache=True).last_hidden_state
-    feats = [[h[b, L - len(p):].to(torch.float16)] for b, p in enumerate(prompt_ids)]  # per row: list of [*, H]
-    new = [[] for _ in range(B)]
-    alive = torch.arange(B)  # [b'] original row of each live row
-    last_h = h[:, -1]  # [b', H]
-    last_pos = pos[:, -1]  # [b']
-    for step in range(max_new_tokens):
-        logits = last_h.float() @ head.T  # [b', V]
-        if temperature == 0:
-            tok = logits.argmax(-1)  # [b']
-        else:
-            tok = torch.multinomial(torch.softmax(logits / temperature, -1), 1, generator=generator)[:, 0]  # [b']
-        for j, b in enumerate(alive.tolist()):
-            new[b].append(int(tok[j]))
-        done = tok == eos_token_id  # [b']
-        if step == max_new_tokens - 1 or bool(done.all()):
-            break
-        if bool(done.any()):
-            keep = (~done).nonzero()[:, 0]  # [b'']
-            for layer in cache.layers:
-                layer.batch_select_indices(keep)
-            alive, tok, last_pos, mask = alive[keep], tok[keep], last_pos[keep], mask[keep]
-        mask = torch.cat([mask, torch.ones(len(alive), 1, dtype=torch.long)], 1)  # [b', L+step+1]
-        last_pos = last_pos + 1
-        h = model.model(input_ids=tok[:, None], attention_mask=mask, position_ids=last_pos[:, None], cache=cache,
-                        use_cache=True).last_hidden_state  # [b', 1, H]
-        last_h = h[:, 0]
-        for j, b in enumerate(alive.tolist()):
-            feats[b].append(h[j].to(torch.float16))
-    rows = []
-    for b, p in enumerate(prompt_ids):
-        tokens = torch.tensor(list(p) + new[b], dtype=torch.int32)  # [L_b]
-        f = torch.cat(feats[b], 0)[: len(tokens) - 1]  # [L_b - 1, H]
-        rows.append({"tokens": tokens, "feats": f, "n_prompt": len(p)})
-    return rows

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import torch
 
-from .distill import _teacher, atomic_save
-from .distill_data import chat_text, generate_teacher
+from .distill_data import chat_text
+from .distill_teacher import _teacher, atomic_save, generate_teacher
 
 __all__ = ["run_heldout", "offline_alpha", "run_export"]
 
@@ -143,7 +143,7 @@ def run_export(out: Path, dest: Path | None = None, k: int = 4, step: int | None
     target, tok = _teacher(False, 0)
     d2t = ckpt["d2t"]
     if n_sub:
-        from .distill import load_shards
+        from .distill_teacher import load_shards
 
         d2t = export_subset(load_shards(out), tok, n_sub, target.config.vocab_size, tok.eos_token_id)
     cfg = EagleConfig(ckpt["config"], n_sub=len(d2t))

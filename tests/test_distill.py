@@ -24,7 +24,7 @@ def fast_data(tmp_path_factory):
 
 def test_corpus_is_resumable_and_teacher_forced_rows_match_single_passes(tmp_path):
     from specdec_lesson.distill import run_corpus
-    from specdec_lesson.distill_data import teacher_forced_rows
+    from specdec_lesson.distill_teacher import teacher_forced_rows
 
     assert run_corpus(tmp_path, n=20, seed=0, shard_size=8, budget=40, fast=True, progress=False) == 3
     assert run_corpus(tmp_path, n=20, seed=0, shard_size=8, budget=40, fast=True, progress=False) == 0
