@@ -146,7 +146,7 @@ class EagleDrafter(Drafter):
 
     needs_target_hidden = True
     accepts_foreign_proposals = True  # commit re-feeds the accepted tokens: any proposal source works (hybrid.py)
-    default_k = 4  # the best chain length measured for the shipped draft on this CPU (k = 3 and 4 tie)
+    default_k = 4  # K sweep (ksweep_default_t0.json): K = 2..5 within noise for the hybrid, K = 2..3 best for the draft alone
 
     def __init__(self, model: EagleDraft, *, add_prompt_tokens: bool = True) -> None:
         self.model = model.eval()
