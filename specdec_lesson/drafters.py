@@ -171,7 +171,8 @@ class PromptLookupDrafter(Drafter):
         self.device = prompt_ids.device
         self.history = [[t for t, m in zip(row, mrow) if m] for row, mrow in zip(prompt_ids.tolist(), prompt_mask.tolist())]
 
-    def _lookup(self, hist: list[int], k: int) -> list[int]:
+    def continuation(self, hist: list[int], k: int) -> list[int]:
+        """Up to k tokens that followed the latest earlier occurrence of ``hist``'s longest matching tail n-gram."""
         for n in range(min(self.max_ngram, len(hist) - 1), self.min_ngram - 1, -1):
             tail = hist[-n:]
             for start in range(len(hist) - n - 1, -1, -1):
@@ -180,7 +181,7 @@ class PromptLookupDrafter(Drafter):
         return []
 
     def propose(self, k: int, sampling: SamplingConfig, generator: torch.Generator | None):
-        found = [self._lookup(h, k) for h in self.history]
+        found = [self.continuation(h, k) for h in self.history]
         width = max(len(f) for f in found)
         rows = [f + [f[-1] if f else h[-1]] * (width - len(f)) for f, h in zip(found, self.history)]
         self.last = rows

@@ -58,7 +58,7 @@ class HybridDrafter(Drafter):
     def propose(self, k: int, sampling: SamplingConfig, generator: torch.Generator | None):
         self.k_run = self.k_run or k
         n_look = max(k, self.lookup_k or k) if k >= self.k_run else k  # never past the budget the engine left
-        found = [self.lookup._lookup(h, n_look) for h in self.lookup.history]
+        found = [self.lookup.continuation(h, n_look) for h in self.lookup.history]
         use = [len(f) >= self.min_tokens for f in found]
         B = len(found)
         self.lookup_steps += sum(use)

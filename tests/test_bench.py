@@ -242,6 +242,8 @@ def _expect_error(capsys, argv, fragment):
     (["--temperature", "-1"], "temperature"),
     (["--report", "/nonexistent/r.json"], "does not exist"),
     (["--bogus-flag"], "unrecognized arguments"),
+    (["--method", "ar,hybrid"], "cannot commit tokens it did not propose"),
+    (["--hybrid-lookup-k", "0"], "hybrid_lookup_k must be >= 1"),
 ])
 def test_cli_bad_input_one_line(capsys, argv, fragment):
     import torch

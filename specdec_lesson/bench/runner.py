@@ -120,6 +120,7 @@ def _tree_generate():
 def _run_one(loaded: Loaded, method: str, k: int | None, ids: list[int], s: BenchSettings,
              seed: int) -> tuple[list[int], dict | None]:
     from ..drafters import PromptLookupDrafter
+    from ..hybrid import HybridDrafter
     from ..speculative import autoregressive_generate, speculative_generate
 
     dev = loaded.device
@@ -135,11 +136,11 @@ def _run_one(loaded: Loaded, method: str, k: int | None, ids: list[int], s: Benc
                                            eos_token_id=loaded.eos_token_id)  # the default StaticTree shape
         else:
             if method == "hybrid":
-                from ..hybrid import HybridDrafter
-
                 draft = HybridDrafter(loaded.draft, lookup_k=s.hybrid_lookup_k)
+            elif method == "chain":
+                draft = loaded.draft
             else:
-                draft = loaded.draft if method == "chain" else PromptLookupDrafter(max_ngram=s.prompt_lookup_ngram)
+                draft = PromptLookupDrafter(max_ngram=s.prompt_lookup_ngram)
             toks, stats = speculative_generate(loaded.target, draft, x, s.max_new_tokens, k=k, **samp, generator=gen,
                                                eos_token_id=loaded.eos_token_id)
         return toks[0].tolist(), _stats_dict(stats)
@@ -196,9 +197,10 @@ def _check_methods(loaded: Loaded, labels) -> None:
     if loaded.draft is None and methods & {"chain", "hybrid", "tree"}:
         raise ValueError(f"methods {sorted(methods & {'chain', 'hybrid', 'tree'})} need a draft model, and this pair has "
                          "none (use --method ar,prompt-lookup,hf,hf-prompt-lookup, or another --pair)")
-    if "hybrid" in methods and not getattr(loaded.draft, "accepts_foreign_proposals", False):
-        raise ValueError(f"method 'hybrid' needs a drafter that can commit prompt-lookup proposals (the default pair's "
-                         f"EagleDrafter); this pair's draft is {type(loaded.draft).__name__}")
+    if "hybrid" in methods:
+        from ..hybrid import HybridDrafter
+
+        HybridDrafter(loaded.draft)  # fails now, with its own error, if this draft cannot take lookup proposals
     if "tree" in methods:
         _tree_generate()
     if "hf-assisted" in methods:

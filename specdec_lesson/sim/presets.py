@@ -168,17 +168,17 @@ MODELS: dict[str, ModelSpec] = {
 }
 
 
-def get_hardware(name: str | Hardware) -> Hardware:
-    if isinstance(name, Hardware):
+def _preset(name, cls: type, table: dict, kind: str):
+    if isinstance(name, cls):
         return name
-    if name not in HARDWARE:
-        raise ValueError(f"unknown hardware {name!r}; presets: {list(HARDWARE)}")
-    return HARDWARE[name]
+    if name not in table:
+        raise ValueError(f"unknown {kind} {name!r}; presets: {list(table)}")
+    return table[name]
+
+
+def get_hardware(name: str | Hardware) -> Hardware:
+    return _preset(name, Hardware, HARDWARE, "hardware")
 
 
 def get_model(name: str | ModelSpec) -> ModelSpec:
-    if isinstance(name, ModelSpec):
-        return name
-    if name not in MODELS:
-        raise ValueError(f"unknown model {name!r}; presets: {list(MODELS)}")
-    return MODELS[name]
+    return _preset(name, ModelSpec, MODELS, "model")
