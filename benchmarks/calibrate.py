@@ -22,17 +22,14 @@ import platform
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from specdec_lesson.bench.tasks import chat, code_problems, format_code_prompt, format_math_prompt, math_problems  # noqa: E402
-from specdec_lesson.eagle import load_default_pair  # noqa: E402
-from specdec_lesson.profiling import measure_verify_curve  # noqa: E402
-from specdec_lesson.sim.calibrate import default_calibration_path, predict_speedup, profile_from_stats, save_calibration  # noqa: E402
-from specdec_lesson.speculative import autoregressive_generate, speculative_generate  # noqa: E402
+from specdec_lesson.bench.tasks import chat, code_problems, format_code_prompt, format_math_prompt, math_problems
+from specdec_lesson.drafters.pair import load_default_pair
+from specdec_lesson.profiling import measure_verify_curve
+from specdec_lesson.sim.calibrate import default_calibration_path, predict_speedup, profile_from_stats, save_calibration
+from specdec_lesson.speculative import autoregressive_generate, speculative_generate
 
 
 def main() -> int:

@@ -23,12 +23,10 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from specdec_lesson.bench.tasks import chat, code_problems, format_code_prompt  # noqa: E402
-from specdec_lesson.drafters import PromptLookupDrafter  # noqa: E402
-from specdec_lesson.eagle import load_default_pair  # noqa: E402
-from specdec_lesson.speculative import autoregressive_generate, speculative_generate  # noqa: E402
+from specdec_lesson.bench.tasks import chat, code_problems, format_code_prompt
+from specdec_lesson.drafters import PromptLookupDrafter
+from specdec_lesson.drafters.pair import load_default_pair
+from specdec_lesson.speculative import autoregressive_generate, speculative_generate
 
 EDIT_PROMPT = (
     "Rename the variable `total` to `running_sum` in this function and return the whole function.\n\n"

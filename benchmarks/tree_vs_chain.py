@@ -14,7 +14,7 @@ plain greedy output (pitfall 8: a mismatch is counted and reported, not hidden).
     python benchmarks/tree_vs_chain.py            # about 3-4 minutes on a 2-core CPU (1 thread)
     python benchmarks/tree_vs_chain.py --quick    # under 1 minute: fewer configs, shorter outputs
 
-The draft is ``specdec_lesson.eagle.load_default_pair()`` (the shipped EAGLE-style drafter).  If
+The draft is ``specdec_lesson.drafters.drafters.pair.load_default_pair()`` (the shipped EAGLE-style drafter).  If
 its weights are missing the script falls back to a self-draft made of the target's first
 ``--fallback-layers`` layers (untrained: low acceptance) and says so in the JSON.  Timings are
 only meaningful on a quiet machine (the JSON records the load average before and after).
@@ -28,16 +28,14 @@ import json
 import os
 import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without `pip install -e .`
-from specdec_lesson.bench.tasks import chat, code_problems, format_code_prompt, format_math_prompt, math_problems  # noqa: E402
-from specdec_lesson.speculative import autoregressive_generate, speculative_generate  # noqa: E402
-from specdec_lesson.tree import DynamicTree, StaticTree, tree_generate  # noqa: E402
+from specdec_lesson.bench.tasks import chat, code_problems, format_code_prompt, format_math_prompt, math_problems
+from specdec_lesson.speculative import autoregressive_generate, speculative_generate
+from specdec_lesson.tree import DynamicTree, StaticTree, tree_generate
 
 RESULTS = Path(__file__).resolve().parent / "results" / "tree_vs_chain.json"
 
@@ -45,11 +43,11 @@ RESULTS = Path(__file__).resolve().parent / "results" / "tree_vs_chain.json"
 def load_pair(fallback_layers: int):
     """(target, tokenizer, make_drafter, description)."""
     try:
-        from specdec_lesson.eagle import EagleDrafter, load_default_pair
+        from specdec_lesson.drafters.eagle import EagleDrafter, load_default_pair
 
         pair = load_default_pair()
         model = pair.draft.model
-        return pair.target, pair.tokenizer, lambda: EagleDrafter(model), "eagle.load_default_pair() (EAGLE-style drafter)"
+        return pair.target, pair.tokenizer, lambda: EagleDrafter(model), "drafters.pair.load_default_pair() (EAGLE-style drafter)"
     except (ImportError, FileNotFoundError, OSError) as exc:
         import copy
 

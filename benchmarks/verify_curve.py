@@ -21,16 +21,14 @@ import json
 import os
 import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without `pip install -e .`
-from specdec_lesson.fastcpu import count_packed, packed_linear_available, prepack_linears, unpack_linears  # noqa: E402
-from specdec_lesson.models import DEFAULT_TARGET_NAME, load_default_target  # noqa: E402
-from specdec_lesson.profiling import (  # noqa: E402
+from specdec_lesson.fastcpu import count_packed, packed_linear_available, prepack_linears, unpack_linears
+from specdec_lesson.models import DEFAULT_TARGET_NAME, load_default_target
+from specdec_lesson.profiling import (
     measure_bandwidth,
     measure_framework_overhead,
     measure_matmul_flops,

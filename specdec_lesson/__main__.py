@@ -40,7 +40,7 @@ def _load():
     from .models import load_default_target
 
     try:
-        from .eagle import load_default_pair
+        from .drafters.pair import load_default_pair
     except ImportError:
         load_default_pair = None
     if load_default_pair is not None:
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         t_ar = time.perf_counter() - t
         runs = [("speculative decoding", draft)]
         if getattr(draft, "accepts_foreign_proposals", False):
-            from .hybrid import HybridDrafter
+            from .drafters.hybrid import HybridDrafter
 
             runs.append(("+ prompt lookup     ", HybridDrafter(draft, lookup_k=max(8, k))))
         n_ar = len(ar[0])

@@ -259,7 +259,7 @@ class SlotCache:
         crop(self.cache, new_S)
         self.lengths = self.valid.long().sum(1)
 
-    # ------------------------------------------------------------------ token trees (tree.py)
+    # ------------------------------------------------------------------ token trees (tree/)
 
     def forward_tree(
         self, tokens: torch.Tensor, tree_start: int, tree_visible: torch.Tensor, positions: torch.Tensor, *,

@@ -26,7 +26,6 @@ __all__ = [
     "cache_root",
     "default_target_cache_dir",
     "load_default_target",
-    "load_default_pair",
     "load_pair",
     "check_same_vocab",
     "tiny_llama",
@@ -155,14 +154,6 @@ def load_default_target(
 
         prepack_linears(model)
     return model, tokenizer
-
-
-def load_default_pair(device: str | torch.device = "cpu", *, fast: bool = True, verbose: bool = True) -> ModelPair:
-    """The offline default pair: SmolLM2-135M-Instruct and the project's distilled draft
-    (:func:`specdec_lesson.eagle.load_default_pair`)."""
-    from .eagle import load_default_pair as _load
-
-    return _load(device, fast=fast, verbose=verbose)
 
 
 def check_same_vocab(target: torch.nn.Module, draft: torch.nn.Module, target_tokenizer=None, draft_tokenizer=None) -> None:

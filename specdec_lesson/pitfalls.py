@@ -1,4 +1,4 @@
-"""WRONG on purpose: the speculative-sampling bugs real projects shipped (DESIGN.md pitfalls).
+"""WRONG on purpose: the speculative-sampling bugs real projects shipped (docs/pitfalls.md lists them).
 
 Every function here is BUGGY and labelled so; each has the signature of the correct function
 it imitates (:func:`specdec_lesson.toy.draft_step` for draft steps,

@@ -2,7 +2,7 @@
 
 Speculative sampling is exact only if the draft law q and the target law p are the
 laws the tokens are really drawn from, after *the same* temperature / top-k / top-p
-processing (DESIGN.md pitfall 2).  Both models therefore go through this one function.
+processing (pitfall 2 in docs/pitfalls.md).  Both models therefore go through this one function.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from specdec_lesson.distill import run_gen, run_train
-from specdec_lesson.eagle import EagleConfig, EagleDraft, EagleDrafter, _target_tables
+from specdec_lesson.drafters.eagle import EagleConfig, EagleDraft, EagleDrafter, _target_tables
 from specdec_lesson.models import tiny_llama
 from specdec_lesson.sampling import SamplingConfig
 from specdec_lesson.speculative import autoregressive_generate, speculative_generate
@@ -24,7 +24,7 @@ def fast_data(tmp_path_factory):
 
 def test_corpus_is_resumable_and_teacher_forced_rows_match_single_passes(tmp_path):
     from specdec_lesson.distill import run_corpus
-    from specdec_lesson.distill_teacher import teacher_forced_rows
+    from specdec_lesson.distill.teacher import teacher_forced_rows
 
     assert run_corpus(tmp_path, n=20, seed=0, shard_size=8, budget=40, fast=True, progress=False) == 3
     assert run_corpus(tmp_path, n=20, seed=0, shard_size=8, budget=40, fast=True, progress=False) == 0
@@ -164,7 +164,7 @@ def test_greedy_speculative_with_eagle_equals_target_tiny():
 def test_training_prompts_disjoint_from_evaluation():
     """Every training source of the shipped draft: gen prompts of seeds 0 and 1, and the teacher-forced corpus."""
     from specdec_lesson.bench.tasks import code_problems, math_problems
-    from specdec_lesson.distill_data import code_corpus, training_prompts
+    from specdec_lesson.distill.data import code_corpus, training_prompts
 
     train = training_prompts(1200, 500, seed=0) + training_prompts(600, 600, seed=1)
     corpus = code_corpus(100_000, seed=0)
@@ -179,8 +179,8 @@ def test_training_prompts_disjoint_from_evaluation():
 
 
 def test_shipped_draft_greedy_exact_on_real_target():
-    from specdec_lesson.distill_data import CODE_TEMPLATE, MATH_TEMPLATE, chat_text
-    from specdec_lesson.eagle import load_default_pair
+    from specdec_lesson.distill.data import CODE_TEMPLATE, MATH_TEMPLATE, chat_text
+    from specdec_lesson.drafters.pair import load_default_pair
 
     target, drafter, tok = load_default_pair()
     texts = [CODE_TEMPLATE.format(prompt="def add(a, b):\n    \"\"\"Return a + b.\"\"\"\n"),

@@ -7,8 +7,8 @@ import torch
 from test_speculative import _exact_joint
 
 from specdec_lesson.drafters import ModelDrafter
-from specdec_lesson.eagle import EagleConfig, EagleDraft, EagleDrafter, _target_tables
-from specdec_lesson.hybrid import HybridDrafter
+from specdec_lesson.drafters.eagle import EagleConfig, EagleDraft, EagleDrafter, _target_tables
+from specdec_lesson.drafters.hybrid import HybridDrafter
 from specdec_lesson.models import tiny_llama
 from specdec_lesson.speculative import autoregressive_generate, speculative_generate
 from specdec_lesson.stats import chi_square_test

@@ -14,12 +14,17 @@ from specdec_lesson.models import tiny_llama, tiny_pair
 from specdec_lesson.sampling import SamplingConfig
 from specdec_lesson.speculative import autoregressive_generate
 from specdec_lesson.stats import chi2_isf, chi_square_power, chi_square_test, noncentrality, tv_distance
-from specdec_lesson.tree import DynamicTree, StaticTree, TokenTree, build_tree, tree_generate, tree_mask
-from specdec_lesson.tree_verify import (
+from specdec_lesson.tree import (
+    DynamicTree,
     FractionRules,
+    StaticTree,
+    TokenTree,
     TorchRules,
+    build_tree,
     sample_tree_toy,
+    tree_generate,
     tree_joint,
+    tree_mask,
     verify_tree,
     verify_tree_greedy,
 )
@@ -292,7 +297,7 @@ def test_compaction_equals_recomputation(paged):
 
 
 def _eagle(target):
-    from specdec_lesson.eagle import EagleConfig, EagleDraft, EagleDrafter
+    from specdec_lesson.drafters.eagle import EagleConfig, EagleDraft, EagleDrafter
 
     g = torch.random.fork_rng(devices=[])
     with g:
@@ -363,7 +368,7 @@ def test_shipped_draft_tree_greedy_on_real_target():
     """The default pair (fp32 SmolLM2 + the shipped EAGLE-style draft): greedy tree decoding
     reproduces greedy decoding on a code prompt, and the tree accepts more than one token a step."""
     from specdec_lesson.bench.tasks import chat, code_problems, format_code_prompt
-    from specdec_lesson.eagle import load_default_pair
+    from specdec_lesson.drafters.pair import load_default_pair
 
     target, drafter, tok = load_default_pair()
     ids = tok(chat(tok, format_code_prompt(code_problems("eval")[0])), add_special_tokens=False)["input_ids"]

@@ -177,24 +177,14 @@ def load_models(pair: str | None = "default", target: str | None = None, draft: 
 
 
 def _default_draft(target, notes: list[str]) -> tuple[object, str | None]:
-    """The shipped default draft for the default target (``models.load_default_draft`` or
-    ``eagle.load_default_draft``), or (None, None) with a note saying why not."""
-    import importlib
+    """The shipped default draft for the default target (``drafters.eagle.load_default_draft``), or
+    (None, None) with a note saying why not."""
+    from ..drafters.eagle import load_default_draft
 
-    for module in ("models", "eagle"):
-        try:
-            mod = importlib.import_module(f"..{module}", __package__)
-        except ImportError:
-            continue
-        fn = getattr(mod, "load_default_draft", None)
-        if fn is None:
-            continue
-        try:
-            draft = fn(target)
-        except (OSError, KeyError, ValueError, RuntimeError) as exc:
-            notes.append(f"the default draft could not be loaded ({module}.load_default_draft: {str(exc).splitlines()[0]}): "
-                         "methods that need a draft cannot run")
-            return None, None
-        return draft, f"{module}.load_default_draft: {type(draft).__name__}"
-    notes.append("this checkout ships no default draft (no load_default_draft): methods that need a draft cannot run")
-    return None, None
+    try:
+        draft = load_default_draft(target)
+    except (OSError, KeyError, ValueError, RuntimeError) as exc:
+        notes.append(f"the default draft could not be loaded (drafters.eagle.load_default_draft: {str(exc).splitlines()[0]}): "
+                     "methods that need a draft cannot run")
+        return None, None
+    return draft, f"drafters.eagle.load_default_draft: {type(draft).__name__}"

@@ -120,7 +120,7 @@ def _tree_generate():
 def _run_one(loaded: Loaded, method: str, k: int | None, ids: list[int], s: BenchSettings,
              seed: int) -> tuple[list[int], dict | None]:
     from ..drafters import PromptLookupDrafter
-    from ..hybrid import HybridDrafter
+    from ..drafters.hybrid import HybridDrafter
     from ..speculative import autoregressive_generate, speculative_generate
 
     dev = loaded.device
@@ -198,7 +198,7 @@ def _check_methods(loaded: Loaded, labels) -> None:
         raise ValueError(f"methods {sorted(methods & {'chain', 'hybrid', 'tree'})} need a draft model, and this pair has "
                          "none (use --method ar,prompt-lookup,hf,hf-prompt-lookup, or another --pair)")
     if "hybrid" in methods:
-        from ..hybrid import HybridDrafter
+        from ..drafters.hybrid import HybridDrafter
 
         HybridDrafter(loaded.draft)  # fails now, with its own error, if this draft cannot take lookup proposals
     if "tree" in methods:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from .distill_data import chat_text, training_prompts
+from .data import chat_text, training_prompts
 
 __all__ = ["atomic_save", "generate_teacher", "teacher_forced_rows", "run_gen", "run_corpus", "load_shards"]
 
@@ -32,10 +32,10 @@ def atomic_save(obj, path: Path) -> None:
 
 def _teacher(fast: bool, seed: int):
     if fast:
-        from .models import tiny_llama
+        from ..models import tiny_llama
 
         return tiny_llama(vocab_size=96, hidden_size=32, num_layers=2, seed=seed, dtype=torch.float32), None
-    from .models import load_default_target
+    from ..models import load_default_target
 
     return load_default_target(verbose=False)
 
@@ -84,11 +84,11 @@ def run_gen(out: Path, n_code: int, n_math: int, batch: int, max_new: int, seed:
 
 def run_corpus(out: Path, n: int, seed: int, shard_size: int = 64, budget: int = 4096, max_len: int = 1024,
                fast: bool = False, progress: bool = True, max_shards: int | None = None) -> int:
-    """Teacher-forced data (``distill_data.code_corpus``): one target forward per sequence, no generation, so
+    """Teacher-forced data (``data.code_corpus``): one target forward per sequence, no generation, so
     about 5x more positions per second than ``gen``.  Writes ``out/data/shard_tf{seed}_XXXXX.pt``; resumable."""
     from tqdm import tqdm
 
-    from .distill_data import code_corpus
+    from .data import code_corpus
 
     model, tok = _teacher(fast, seed)
     if fast:

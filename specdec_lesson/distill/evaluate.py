@@ -13,15 +13,15 @@ from pathlib import Path
 
 import torch
 
-from .distill_data import chat_text
-from .distill_teacher import _teacher, atomic_save, generate_teacher
+from .data import chat_text
+from .teacher import _teacher, atomic_save, generate_teacher
 
 __all__ = ["run_heldout", "offline_alpha", "run_export"]
 
 def run_heldout(out: Path, n_code: int, n_math: int, max_new: int, batch: int = 16) -> Path:
     """Target greedy responses (+ features) to the benchmark's EVALUATION prompts, for offline alpha only
     (never trained on): HumanEval 82.. and ``bench.tasks.math_problems("eval")``."""
-    from .bench.tasks import code_problems, format_code_prompt, format_math_prompt, math_problems
+    from ..bench.tasks import code_problems, format_code_prompt, format_math_prompt, math_problems
 
     path = out / "heldout.pt"
     if path.exists():
@@ -45,7 +45,7 @@ def offline_alpha(drafter, rows: list[dict], k: int = 4) -> dict:
     """Greedy chain acceptance of ``drafter`` replayed on fixed target greedy sequences (teacher-forced features):
     exactly the drafts a greedy speculative run would make, up to float noise in the features.
     Returns {"alpha", "alpha_tok", "tau"} per kind and overall."""
-    from .sampling import SamplingConfig
+    from ..sampling import SamplingConfig
 
     greedy = SamplingConfig(0.0)
     acc: dict[str, list[int]] = {}
@@ -91,7 +91,7 @@ def _load_weights(model, state: dict) -> None:
 
 def checkpoint_alpha(out: Path, ckpt_file: Path, model, held: list[dict], k: int) -> dict:
     """offline_alpha of a saved checkpoint, cached in ``out/alpha_cache`` (so it can be computed while training runs)."""
-    from .eagle import EagleDrafter
+    from ..drafters.eagle import EagleDrafter
 
     cache = out / "alpha_cache" / f"{ckpt_file.stem}_k{k}_n{len(model.d2t)}.json"
     if cache.exists():
@@ -136,14 +136,22 @@ def run_export(out: Path, dest: Path | None = None, k: int = 4, step: int | None
                n_sub: int | None = None) -> dict:
     """Checkpoint ``step`` (default: the last) -> shipped fp16 weights + config; offline held-out alpha of every
     ``curve_every``-th saved checkpoint -> curve JSON (``*_curve.json``)."""
-    from .eagle import DEFAULT_DRAFT_DIR, DEFAULT_DRAFT_NAME, EagleConfig, EagleDraft, EagleDrafter, _target_tables, save_draft
+    from ..drafters.eagle import (
+        DEFAULT_DRAFT_DIR,
+        DEFAULT_DRAFT_NAME,
+        EagleConfig,
+        EagleDraft,
+        EagleDrafter,
+        _target_tables,
+        save_draft,
+    )
 
     dest = dest or DEFAULT_DRAFT_DIR
     ckpt = torch.load(out / "ckpt.pt")
     target, tok = _teacher(False, 0)
     d2t = ckpt["d2t"]
     if n_sub:
-        from .distill_teacher import load_shards
+        from .teacher import load_shards
 
         d2t = export_subset(load_shards(out), tok, n_sub, target.config.vocab_size, tok.eos_token_id)
     cfg = EagleConfig(ckpt["config"], n_sub=len(d2t))

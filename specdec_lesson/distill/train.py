@@ -1,37 +1,7 @@
-"""Distilling the default draft from the target: ``python -m specdec_lesson.distill {gen,train,heldout,export}``.
-
-corpus   teacher-forced data: real code (HumanEval 0..81 solutions, standard-library functions) as replies
-         to the benchmark's code prompt, with the target's hidden states; no generation, so much cheaper.
-gen      teacher data: the target's own responses (greedy, and 1 batch in ``--sample-every`` at T=0.7) to
-         training prompts (``distill_data``), with its last hidden states; one shard file per batch.
-train    the EAGLE-style draft (``eagle.EagleDraft``) on those shards, checkpointing atomically.
-heldout  the target's greedy answers to the benchmark's EVALUATION prompts, for offline acceptance only.
-export   a checkpoint as fp16 safetensors + JSON config under ``specdec_lesson/data/``, with the
-         acceptance-per-checkpoint curve (``distill_eval``).
-
-The shipped draft was made with (on the 2-core CPU: the data commands ran side by side with 1 thread each,
-then train alone with 2 threads)::
-
-    python -m specdec_lesson.distill gen --max-shards 14             # 224 answers, 50k positions (session 1)
-    python -m specdec_lesson.distill gen --seed 1 --n-code 600 --n-math 600 --batch 32 --max-new 256 --max-shards 26
-    python -m specdec_lesson.distill corpus --n 4600 --max-shards 36  # 2304 real functions, 562k positions
-    python -m specdec_lesson.distill heldout --n-code 10 --n-math 10
-    python -m specdec_lesson.distill train --steps 1200 --budget 4096 --lr 1e-3 --n-sub 4096 --unroll 2 \
-        --ckpt-every 50 --val-every 100 --threads 2
-    python -m specdec_lesson.distill export --curve-every 2 --n-sub 8192
-
-Every file is written to a temporary name and renamed when complete (``atomic_save``), so an
-interrupted run never leaves a shard or checkpoint that passes for complete; rerunning the same
-command resumes: ``gen`` skips finished shards, ``train`` restarts from the last checkpoint (model,
-optimizer, step; the data order is a function of the seed and epoch), and gives the same result as an
-uninterrupted run when the data did not change meanwhile.  ``--fast`` runs the whole pipeline on a tiny
-random target in seconds (the tests use it).
-"""
+"""Training the EAGLE-style draft on teacher shards: the loss (training-time test), batching, checkpoints."""
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import time
 from pathlib import Path
@@ -39,9 +9,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .distill_teacher import _teacher, atomic_save, load_shards, run_corpus, run_gen
+from .teacher import _teacher, atomic_save, load_shards
 
-__all__ = ["main", "run_gen", "run_corpus", "run_train", "load_shards", "atomic_save"]
+__all__ = ["run_train", "draft_loss", "choose_subset", "init_from_target"]
 
 
 def choose_subset(rows: list[dict], n_sub: int, vocab: int, always: tuple[int, ...] = ()) -> torch.Tensor:
@@ -136,7 +106,7 @@ def run_train(out: Path, total_steps: int, budget: int = 3072, lr: float = 6e-4,
     if no shard appeared meanwhile."""
     from tqdm import tqdm
 
-    from .eagle import EagleConfig, EagleDraft, _target_tables
+    from ..drafters.eagle import EagleConfig, EagleDraft, _target_tables
 
     torch.manual_seed(seed)  # nothing random is drawn below; model init is overwritten or seeded here
     target, _ = _teacher(fast, seed)
@@ -213,74 +183,3 @@ def run_train(out: Path, total_steps: int, budget: int = 3072, lr: float = 6e-4,
                 atomic_save(model.state_dict(), out / "ckpts" / f"draft_{step:06d}.pt")
     bar.close()
     return {"model": model.state_dict(), "step": step, "log": log, "d2t": d2t, "draft": model}
-
-
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m specdec_lesson.distill", description=__doc__.split("\n")[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    g = sub.add_parser("gen", help="teacher data")
-    g.add_argument("--out", type=Path, default=Path("runs/distill"))
-    g.add_argument("--n-code", type=int, default=1200)
-    g.add_argument("--n-math", type=int, default=500)
-    g.add_argument("--batch", type=int, default=16)
-    g.add_argument("--max-new", type=int, default=192)
-    g.add_argument("--sample-every", type=int, default=5)
-    g.add_argument("--worker", type=int, default=0)
-    g.add_argument("--max-shards", type=int, default=None, help="only the first N shards (batches)")
-    g.add_argument("--workers", type=int, default=1)
-    c = sub.add_parser("corpus", help="teacher-forced code data (no generation)")
-    c.add_argument("--out", type=Path, default=Path("runs/distill"))
-    c.add_argument("--n", type=int, default=4000, help="number of (prompt, function) pairs")
-    c.add_argument("--shard-size", type=int, default=64)
-    c.add_argument("--max-shards", type=int, default=None, help="only the first N shards")
-    t = sub.add_parser("train", help="train the draft")
-    t.add_argument("--out", type=Path, default=Path("runs/distill"))
-    t.add_argument("--steps", type=int, default=1500)
-    t.add_argument("--budget", type=int, default=3072, help="padded positions per batch")
-    t.add_argument("--lr", type=float, default=6e-4)
-    t.add_argument("--n-sub", type=int, default=6144, help="size of the draft's output vocabulary subset")
-    t.add_argument("--unroll", type=int, default=2, help="training-time-test steps")
-    t.add_argument("--ckpt-every", type=int, default=50)
-    t.add_argument("--val-every", type=int, default=50)
-    t.add_argument("--reload", action="store_true", help="pick up new shards at each epoch")
-    h = sub.add_parser("heldout", help="target greedy outputs on evaluation prompts (offline alpha only)")
-    h.add_argument("--out", type=Path, default=Path("runs/distill"))
-    h.add_argument("--n-code", type=int, default=12)
-    h.add_argument("--n-math", type=int, default=12)
-    h.add_argument("--max-new", type=int, default=128)
-    x = sub.add_parser("export", help="ship the last checkpoint under specdec_lesson/data/")
-    x.add_argument("--out", type=Path, default=Path("runs/distill"))
-    x.add_argument("--k", type=int, default=4)
-    x.add_argument("--step", type=int, default=None, help="checkpoint to ship (default: the last)")
-    x.add_argument("--curve-every", type=int, default=1)
-    x.add_argument("--n-sub", type=int, default=None, help="re-choose the output subset with this many tokens")
-    for p in (g, c, t, h, x):
-        p.add_argument("--seed", type=int, default=0)
-        p.add_argument("--fast", action="store_true")
-        p.add_argument("--threads", type=int, default=1)
-    a = ap.parse_args(argv)
-    torch.set_num_threads(a.threads)
-    t0 = time.time()
-    if a.cmd == "gen":
-        n = run_gen(a.out, a.n_code, a.n_math, a.batch, a.max_new, a.seed, a.worker, a.workers, a.sample_every, a.fast,
-                    max_shards=a.max_shards)
-        print(json.dumps({"shards_written": n, "seconds": round(time.time() - t0, 1)}))
-    elif a.cmd == "corpus":
-        n = run_corpus(a.out, a.n, a.seed, a.shard_size, fast=a.fast, max_shards=a.max_shards)
-        print(json.dumps({"shards_written": n, "seconds": round(time.time() - t0, 1)}))
-    elif a.cmd == "heldout":
-        from .distill_eval import run_heldout
-
-        print(run_heldout(a.out, a.n_code, a.n_math, a.max_new))
-    elif a.cmd == "export":
-        from .distill_eval import run_export
-
-        print(json.dumps(run_export(a.out, k=a.k, step=a.step, curve_every=a.curve_every, n_sub=a.n_sub)))
-    elif a.cmd == "train":
-        res = run_train(a.out, a.steps, a.budget, a.lr, a.n_sub, a.unroll, a.seed, a.fast, a.ckpt_every, a.val_every,
-                        reload=a.reload)
-        print(json.dumps({"step": res["step"], "last": res["log"][-1], "seconds": round(time.time() - t0, 1)}))
-
-
-if __name__ == "__main__":
-    main()

@@ -1,10 +1,10 @@
-"""Token trees: construction from a draft, tree attention masks, and tree speculative decoding.
+"""Token trees: their structure, construction from a draft, and tree attention masks.
 
 A chain drafts one continuation; a tree drafts several, sharing prefixes, and the target
 scores every node in ONE forward: the nodes are flattened (breadth first, node 0 = the root =
 the pending token) into tokens, parent indices and depths; node i's position is the root's
 position + depth(i), and node i attends to the whole cached prefix and to its own ancestors
-(and itself) only - the *tree attention mask*.  Verification (:mod:`specdec_lesson.tree_verify`)
+(and itself) only - the *tree attention mask*.  Verification (:mod:`specdec_lesson.tree.verify`)
 accepts one root-to-node path and draws the next token; the accepted path's KV entries are
 then moved to contiguous slots (:meth:`specdec_lesson.kvcache.SlotCache.compact`) and the rest
 is dropped, in the target's and the draft's cache.
@@ -18,7 +18,7 @@ Two shapes (both built level by level, one draft forward per level):
   highest cumulative draft probability, ``topk`` children each, for ``depth`` levels, then keep
   the best ``num_nodes`` nodes (rule ``"distinct"``).
 
-:func:`tree_generate` runs the whole loop on Hugging Face models (batch size 1).
+:func:`specdec_lesson.tree.generate.tree_generate` runs the whole loop on Hugging Face models (batch size 1).
 """
 
 from __future__ import annotations
@@ -28,17 +28,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .drafters import ModelDrafter
-from .generation import Clock, Outputs, check_run, eos_of, prepare_inputs
-from .kvcache import SlotCache
-from .models import check_same_vocab
-from .sampling import SamplingConfig, as_float
-from .stats import SpecStats
-from .tree_verify import verify_tree, verify_tree_greedy
+from ..sampling import SamplingConfig, as_float
 
-__all__ = [
-    "TokenTree", "StaticTree", "DynamicTree", "build_tree", "tree_mask", "tree_generate",
-]
+__all__ = ["TokenTree", "StaticTree", "DynamicTree", "build_tree", "tree_mask", "Expand"]
 
 Expand = Callable[["TokenTree", list[int]], torch.Tensor]  # (tree, node ids) -> draft logits [n, V]
 
@@ -228,85 +220,3 @@ def _build_dynamic(spec: DynamicTree, root: int, expand: Expand) -> TokenTree:
         frontier = sorted(new, key=lambda v: (-tree.scores[v], v))[: spec.topk]  # beam: best cumulative scores
     best = sorted(range(1, tree.size), key=lambda v: (-tree.scores[v], v))[: spec.num_nodes]
     return tree.prune(best)  # a child never outscores its parent, so the best nodes form a tree
-
-
-# ------------------------------------------------------------------ the engine (batch size 1)
-
-
-def _tree_drafter(draft):
-    if isinstance(draft, ModelDrafter):
-        return draft
-    if hasattr(draft, "tree_expand") and hasattr(draft, "commit_tree"):
-        return draft  # any drafter with the tree methods (e.g. a feature-level drafter)
-    if isinstance(draft, torch.nn.Module):
-        return None
-    raise ValueError(f"tree drafting needs a causal LM or a drafter with tree_expand/commit_tree, got {type(draft).__name__}")
-
-
-@torch.inference_mode()
-def tree_generate(
-    target: torch.nn.Module, draft, input_ids, max_new_tokens: int, tree=StaticTree(), temperature: float = 0.0,
-    top_k: int | None = None, top_p: float | None = None, generator: torch.Generator | None = None, *,
-    eos_token_id=None, attention_mask=None, paged: bool = False, rule: str | None = None, use_kernels: bool | None = None,
-) -> tuple[list[torch.Tensor], SpecStats]:
-    """Speculative decoding with a token tree per step, exact in distribution (batch size 1).
-
-    ``draft``: a causal LM sharing the target's vocabulary (drafted through a
-    :class:`~specdec_lesson.drafters.ModelDrafter`, level by level with the tree mask) or a
-    drafter with ``tree_expand`` / ``commit_tree``.  ``tree``: a :class:`StaticTree` or
-    :class:`DynamicTree`.  ``rule`` overrides the tree's sibling rule (teaching only: a wrong
-    rule is biased).  Returns per-row new tokens and a :class:`SpecStats` whose ``k`` is the
-    tree's maximum depth, ``accept_hist`` counts accepted depths 0..k, and ``tau`` is tokens per
-    target forward.  Batches of more than one prompt raise ValueError (trees are B = 1 here).
-    ``use_kernels``: KV compaction by the Triton kernel (default: on when CUDA and triton are present)."""
-    if not isinstance(tree, (StaticTree, DynamicTree)):
-        raise ValueError(f"tree must be a StaticTree or a DynamicTree, got {type(tree).__name__}")
-    sampling = SamplingConfig(temperature, top_k, top_p)
-    device = next(target.parameters()).device
-    ids, mask = prepare_inputs(input_ids, attention_mask, device)
-    if ids.shape[0] != 1:
-        raise ValueError(f"tree_generate decodes one prompt at a time (batch size 1), got {ids.shape[0]} prompts")
-    check_run(target, ids, max_new_tokens, tree.max_depth + 1)
-    drafter = _tree_drafter(draft)
-    if drafter is None:
-        check_same_vocab(target, draft)
-        drafter = ModelDrafter(draft, paged=paged)
-    need_hidden = getattr(drafter, "needs_target_hidden", False)
-
-    clock, stats = Clock(device), SpecStats(k=tree.max_depth)
-    out = Outputs(1, max_new_tokens, eos_of(target, eos_token_id))
-    forwards0 = drafter.forwards
-    t0 = clock()
-    state = SlotCache(target, 1, device, paged=paged, use_kernels=use_kernels)  # Triton KV compaction on CUDA
-    hidden = None
-    if ids.shape[1] > 1:
-        _, hidden = state.forward(ids[:, :-1], mask[:, :-1], has_holes=not bool(mask.all()), output_hidden=need_hidden)
-        stats.target_forwards += 1
-    drafter.begin(ids, mask, hidden)
-    pending = int(ids[0, -1])
-    stats.time_prefill = clock() - t0
-    while not out.all_done:
-        t1 = clock()
-        tr = build_tree(tree, pending, drafter.tree_expand, sampling, generator)
-        t2 = clock()
-        since, root_pos = state.num_slots, int(state.lengths[0])
-        tokens = torch.tensor([tr.tokens], dtype=torch.long, device=device)  # [1, N]
-        logits, hidden = state.forward(tokens, block_mask=tr.mask(device)[None], positions=tr.positions(root_pos, device)[None],
-                                       output_hidden=need_hidden)  # [1, N, V]
-        stats.target_forwards += 1
-        if sampling.greedy:
-            path, nxt = verify_tree_greedy(tr, logits[0].argmax(-1).tolist())
-        else:
-            path, nxt = verify_tree(tr, sampling.probs(as_float(logits[0])), generator, rule)  # [N, V] laws
-        t3 = clock()
-        emitted = out.emit(0, tr.path_tokens(path[-1]) + [nxt] if path else [nxt])
-        stats.record([len(path)], [emitted], [True], k_step=tree.max_depth)
-        state.compact(since, [[0] + path])  # root + accepted nodes, now contiguous
-        if not out.all_done:
-            drafter.commit_tree(tr, path, nxt, hidden)
-        pending = nxt
-        stats.time_draft += t2 - t1
-        stats.time_verify += t3 - t2
-        stats.time_other += clock() - t3
-    stats.draft_forwards = drafter.forwards - forwards0
-    return out.tensors(device), stats

@@ -25,12 +25,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .drafters import Drafter
-from .sampling import SamplingConfig, sample_from_probs
+from ..sampling import SamplingConfig, sample_from_probs
+from .base import Drafter
 
-__all__ = ["EagleConfig", "EagleDraft", "EagleDrafter", "load_default_draft", "load_default_pair", "DEFAULT_DRAFT_DIR"]
+__all__ = ["EagleConfig", "EagleDraft", "EagleDrafter", "load_default_draft", "DEFAULT_DRAFT_DIR"]
 
-DEFAULT_DRAFT_DIR = Path(__file__).parent / "data"
+DEFAULT_DRAFT_DIR = Path(__file__).parent.parent / "data"
 DEFAULT_DRAFT_NAME = "eagle_smollm2"
 
 
@@ -145,7 +145,7 @@ class EagleDrafter(Drafter):
     (ragged rows simply write at different slots), rolled back on rejection by invalidating slots."""
 
     needs_target_hidden = True
-    accepts_foreign_proposals = True  # commit re-feeds the accepted tokens: any proposal source works (hybrid.py)
+    accepts_foreign_proposals = True  # commit re-feeds the accepted tokens: any proposal source works (drafters/hybrid.py)
     default_k = 4  # K sweep (ksweep_default_t0.json): K = 2..5 within noise for the hybrid, K = 2..3 best for the draft alone
 
     def __init__(self, model: EagleDraft, *, add_prompt_tokens: bool = True) -> None:
@@ -246,7 +246,7 @@ class EagleDrafter(Drafter):
         g = self._step(feats, toks, j <= num_accepted[:, None])  # [B, M, H]
         self.g_last = g[torch.arange(B, device=dev), num_accepted]  # [B, H]
         self.cursor += num_accepted + 1
-    # ------------------------------------------------------------------ token trees (tree.py, batch size 1)
+    # ------------------------------------------------------------------ token trees (tree/, batch size 1)
 
     def _full_logits(self, g: torch.Tensor) -> torch.Tensor:
         """g [M, H] -> full-vocabulary logits [M, V], -inf outside the subset (q = 0 there)."""
@@ -331,12 +331,3 @@ def load_draft(target, folder: Path, name: str = DEFAULT_DRAFT_NAME, dtype=torch
 def load_default_draft(target) -> EagleDrafter:
     """The shipped distilled draft for SmolLM2-135M-Instruct, as a Drafter for ``speculative_generate``."""
     return EagleDrafter(load_draft(target, DEFAULT_DRAFT_DIR))
-
-
-def load_default_pair(device: str = "cpu", *, fast: bool = True, verbose: bool = True):
-    """``ModelPair(target, draft, tokenizer)``: SmolLM2-135M-Instruct (its linears pre-packed for
-    oneDNN when ``fast`` and on CPU) and the shipped distilled draft, fully offline."""
-    from .models import ModelPair, load_default_target
-
-    target, tok = load_default_target(device, fast=fast, verbose=verbose)
-    return ModelPair(target, load_default_draft(target), tok)

@@ -1,47 +1,14 @@
-"""Draft sources behind one interface: a draft model, and prompt lookup (n-gram).
-
-The engine talks to a drafter through three calls per generation:
-
-* ``begin(prompt_ids [B, L], prompt_mask [B, L], target_hidden)`` once, after the target's prefill;
-* ``propose(k, sampling, generator) -> (draft_tokens [B, K'], draft_probs [B, K', V] or None)``
-  each step (K' <= k; ``None`` means a deterministic drafter whose law is one-hot);
-* ``commit(num_accepted [B], next_token [B], target_hidden)`` after verification: row b
-  committed its first ``num_accepted[b]`` drafts and then ``next_token[b]``.
-
-Exactness needs ``draft_probs`` to be the law each token was actually drawn from, after the
-same temperature / top-k / top-p as the target (DESIGN.md pitfalls 1 and 2): the model
-drafter samples from exactly the ``sampling.probs`` it returns.
-"""
+"""A small causal LM as the draft: autoregressive drafting with its own KV cache (and tree hooks)."""
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-
 import torch
 
-from .kvcache import SlotCache
-from .sampling import SamplingConfig, as_float, sample_from_probs
+from ..kvcache import SlotCache
+from ..sampling import SamplingConfig, as_float, sample_from_probs
+from .base import Drafter
 
-__all__ = ["Drafter", "ModelDrafter", "PromptLookupDrafter"]
-
-
-class Drafter(ABC):
-    """Base class of draft sources (see the module docstring for the protocol)."""
-
-    needs_target_hidden: bool = False
-    forwards: int = 0  # draft model forwards so far (0 for model-free drafters)
-
-    @abstractmethod
-    def begin(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, target_hidden: torch.Tensor | None) -> None:
-        """Start a generation after the target's prefill (``target_hidden``: its last hidden states)."""
-
-    @abstractmethod
-    def propose(self, k: int, sampling: SamplingConfig, generator: torch.Generator | None):
-        """``(draft_tokens [B, K'], draft_probs [B, K', V] or None)`` with K' <= k."""
-
-    @abstractmethod
-    def commit(self, num_accepted: torch.Tensor, next_token: torch.Tensor, target_hidden: torch.Tensor | None) -> None:
-        """Row b committed its first ``num_accepted[b]`` drafts, then ``next_token[b]``."""
+__all__ = ["ModelDrafter"]
 
 
 class ModelDrafter(Drafter):
@@ -111,7 +78,7 @@ class ModelDrafter(Drafter):
             self.pending_holes = False
 
 
-    # ------------------------------------------------------------------ token trees (tree.py, batch size 1)
+    # ------------------------------------------------------------------ token trees (tree/, batch size 1)
 
     @torch.inference_mode()
     def tree_expand(self, tree, nodes: list[int]) -> torch.Tensor:
@@ -152,42 +119,3 @@ class ModelDrafter(Drafter):
         self.pending = torch.tensor([[tree.tokens[a] for a in path[len(keep):]] + [int(next_token)]], device=dev)  # [1, P]
         self.pending_valid = torch.ones_like(self.pending, dtype=torch.bool)
         self.pending_holes = False
-
-class PromptLookupDrafter(Drafter):
-    """Prompt lookup decoding: find the latest earlier occurrence of the last n tokens
-    (n from ``max_ngram`` down to ``min_ngram``) and propose the tokens that followed it.
-
-    The proposal is a deterministic function of the history, so its law is one-hot and
-    verification stays exact.  K' is the longest match over the rows (0 = no proposal);
-    shorter rows are padded with their last token (still a deterministic proposal).
-    """
-
-    def __init__(self, max_ngram: int = 3, min_ngram: int = 1) -> None:
-        if not 1 <= min_ngram <= max_ngram:
-            raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
-        self.max_ngram, self.min_ngram = max_ngram, min_ngram
-
-    def begin(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, target_hidden: torch.Tensor | None) -> None:
-        self.device = prompt_ids.device
-        self.history = [[t for t, m in zip(row, mrow) if m] for row, mrow in zip(prompt_ids.tolist(), prompt_mask.tolist())]
-
-    def continuation(self, hist: list[int], k: int) -> list[int]:
-        """Up to k tokens that followed the latest earlier occurrence of ``hist``'s longest matching tail n-gram."""
-        for n in range(min(self.max_ngram, len(hist) - 1), self.min_ngram - 1, -1):
-            tail = hist[-n:]
-            for start in range(len(hist) - n - 1, -1, -1):
-                if hist[start:start + n] == tail:
-                    return hist[start + n:start + n + k]
-        return []
-
-    def propose(self, k: int, sampling: SamplingConfig, generator: torch.Generator | None):
-        found = [self.continuation(h, k) for h in self.history]
-        width = max(len(f) for f in found)
-        rows = [f + [f[-1] if f else h[-1]] * (width - len(f)) for f, h in zip(found, self.history)]
-        self.last = rows
-        return torch.tensor(rows, dtype=torch.long, device=self.device).reshape(len(rows), width), None
-
-    def commit(self, num_accepted: torch.Tensor, next_token: torch.Tensor, target_hidden: torch.Tensor | None) -> None:
-        for h, prop, n, t in zip(self.history, self.last, num_accepted.tolist(), next_token.tolist()):
-            h.extend(prop[:n])
-            h.append(t)

@@ -10,7 +10,7 @@ Training prompts are disjoint from the benchmark's evaluation prompts by constru
 
 Both use the benchmark's exact user-message formats, wrapped by the tokenizer's chat template.
 ``code_corpus`` adds (prompt, real function) pairs for teacher-forced passes.  Running the target over
-them is ``distill_teacher``'s job.
+them is ``distill.teacher``'s job.
 """
 
 from __future__ import annotations

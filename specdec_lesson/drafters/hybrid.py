@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import torch
 
-from .drafters import Drafter, PromptLookupDrafter
-from .sampling import SamplingConfig
+from ..sampling import SamplingConfig
+from .base import Drafter
+from .lookup import PromptLookupDrafter
 
 __all__ = ["HybridDrafter"]
 

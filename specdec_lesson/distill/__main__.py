@@ -1,0 +1,5 @@
+"""``python -m specdec_lesson.distill``."""
+
+from .cli import main
+
+main()

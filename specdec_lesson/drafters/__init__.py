@@ -1,0 +1,20 @@
+"""Draft sources behind one interface (:class:`Drafter`).
+
+* :mod:`.base` - the protocol: ``begin`` / ``propose`` / ``commit``;
+* :mod:`.model` - a small causal LM with its own KV cache;
+* :mod:`.lookup` - prompt lookup (n-gram), model-free;
+* :mod:`.eagle` - the EAGLE-style feature-level draft trained for the default target;
+* :mod:`.hybrid` - prompt lookup where the context repeats, a model elsewhere;
+* :mod:`.pair` - the offline default pair (target + shipped draft); imported by nothing below it.
+"""
+
+from .base import Drafter
+from .eagle import EagleConfig, EagleDraft, EagleDrafter, load_default_draft, load_draft, save_draft
+from .hybrid import HybridDrafter
+from .lookup import PromptLookupDrafter
+from .model import ModelDrafter
+
+__all__ = [
+    "Drafter", "ModelDrafter", "PromptLookupDrafter", "EagleConfig", "EagleDraft", "EagleDrafter", "HybridDrafter",
+    "load_draft", "save_draft", "load_default_draft",
+]

@@ -1,0 +1,18 @@
+"""The offline default pair: SmolLM2-135M-Instruct and the project's distilled draft.
+
+Nothing inside the package imports this module except the CLIs on top (demo, bench), so loading
+the pair never runs in a circle."""
+
+from __future__ import annotations
+
+from ..models import ModelPair, load_default_target
+from .eagle import load_default_draft
+
+__all__ = ["load_default_pair"]
+
+
+def load_default_pair(device: str = "cpu", *, fast: bool = True, verbose: bool = True):
+    """``ModelPair(target, draft, tokenizer)``: SmolLM2-135M-Instruct (its linears pre-packed for
+    oneDNN when ``fast`` and on CPU) and the shipped distilled draft, fully offline."""
+    target, tok = load_default_target(device, fast=fast, verbose=verbose)
+    return ModelPair(target, load_default_draft(target), tok)

@@ -1,0 +1,28 @@
+"""Token trees, in one direction: structure and masks -> lossless verification -> generation.
+
+* :mod:`.structure` - :class:`TokenTree`, static and dynamic (EAGLE-2) construction, :func:`tree_mask`;
+* :mod:`.verify` - multi-round speculative sampling over siblings (``"iid"`` / ``"distinct"`` rules),
+  one walk driven by torch random numbers or enumerated exactly with Fractions;
+* :mod:`.exact` - exact and Monte Carlo laws of whole tree runs on toy Markov models (for the proofs);
+* :mod:`.generate` - :func:`tree_generate`, the engine on Hugging Face models.
+"""
+
+from .exact import sample_tree_toy, tree_joint, tree_step_law
+from .generate import tree_generate
+from .structure import DynamicTree, Expand, StaticTree, TokenTree, build_tree, tree_mask
+from .verify import (
+    RULES,
+    FractionRules,
+    TorchRules,
+    tree_outcome_law,
+    verify_tree,
+    verify_tree_from_randoms,
+    verify_tree_greedy,
+    walk_tree,
+)
+
+__all__ = [
+    "TokenTree", "StaticTree", "DynamicTree", "Expand", "build_tree", "tree_mask", "tree_generate",
+    "RULES", "TorchRules", "FractionRules", "walk_tree", "verify_tree", "verify_tree_from_randoms",
+    "verify_tree_greedy", "tree_outcome_law", "tree_step_law", "tree_joint", "sample_tree_toy",
+]
