@@ -20,12 +20,46 @@ from collections.abc import Iterable
 
 import torch
 
-__all__ = ["crop_to", "measure_bandwidth", "measure_matmul_flops", "measure_verify_curve", "measure_framework_overhead"]
+__all__ = [
+    "crop_to", "measure_bandwidth", "measure_matmul_flops", "measure_verify_curve", "measure_framework_overhead", "wall_ms",
+    "count_parameters",
+]
 
 
 def _check_positive_int(name: str, value: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def wall_ms(fn, repeats: int = 5, warmup: int = 1, quantile: float = 0.5) -> float:
+    """Milliseconds of one call of ``fn()``: the ``quantile`` (0.5 = the median, 0 = the best) of ``repeats``
+    timed calls after ``warmup`` untimed ones.  Wall clock: pin the thread count and use a quiet machine."""
+    _check_positive_int("repeats", repeats)
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"warmup must be an integer >= 0, got {warmup!r}")
+    if not 0.0 <= quantile <= 1.0:
+        raise ValueError(f"quantile must lie in [0, 1], got {quantile!r}")
+    for _ in range(warmup):
+        fn()
+    ts = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        ts.append((time.perf_counter() - t0) * 1e3)
+    ts.sort()
+    return ts[round(quantile * (len(ts) - 1))]
+
+
+def count_parameters(module: torch.nn.Module, trainable_only: bool = False) -> int:
+    """Number of scalar parameters of ``module``, each shared tensor counted once."""
+    seen: set[int] = set()
+    total = 0
+    for prm in module.parameters():
+        if id(prm) in seen or (trainable_only and not prm.requires_grad):
+            continue
+        seen.add(id(prm))
+        total += prm.numel()
+    return total
 
 
 def measure_bandwidth(size_mb: float = 256, repeats: int = 5) -> float:

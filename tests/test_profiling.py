@@ -94,3 +94,30 @@ def test_bandwidth_flops_reject_bad_arguments():
         measure_bandwidth(size_mb=1, repeats=0)
     with pytest.raises(ValueError, match="n must"):
         measure_matmul_flops(n=-3)
+
+
+def test_wall_ms_and_count_parameters():
+    import torch
+
+    from specdec_lesson.drafters import noisy_copy, self_draft
+    from specdec_lesson.models import tiny_pair
+    from specdec_lesson.profiling import count_parameters, wall_ms
+
+    calls = []
+    ms = wall_ms(lambda: calls.append(1), repeats=4, warmup=2)
+    assert len(calls) == 6 and ms >= 0
+    for bad in ({"repeats": 0}, {"warmup": -1}, {"quantile": 1.5}):
+        with pytest.raises(ValueError):
+            wall_ms(lambda: None, **bad)
+    lin = torch.nn.Linear(3, 4)
+    tied = torch.nn.Sequential(lin, lin)  # a shared tensor counts once
+    assert count_parameters(tied) == 3 * 4 + 4
+    target, _, _ = tiny_pair()
+    assert count_parameters(noisy_copy(target, 0.1)) == count_parameters(target)
+    draft = self_draft(target, 1)
+    assert len(draft.model.layers) == 1 and draft.lm_head is target.lm_head
+    assert self_draft(target, len(target.model.layers)) is None
+    with pytest.raises(ValueError):
+        self_draft(target, 0)
+    with pytest.raises(ValueError):
+        noisy_copy(target, -1.0)

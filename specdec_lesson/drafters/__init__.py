@@ -5,10 +5,12 @@
 * :mod:`.lookup` - prompt lookup (n-gram), model-free;
 * :mod:`.eagle` - the EAGLE-style feature-level draft trained for the default target;
 * :mod:`.hybrid` - prompt lookup where the context repeats, a model elsewhere;
+* :mod:`.derived` - drafts made from the target itself (a noisy copy, its first layers), for teaching;
 * :mod:`.pair` - the offline default pair (target + shipped draft); imported by nothing below it.
 """
 
 from .base import Drafter
+from .derived import noisy_copy, self_draft
 from .eagle import EagleConfig, EagleDraft, EagleDrafter, load_default_draft, load_draft, save_draft
 from .hybrid import HybridDrafter
 from .lookup import PromptLookupDrafter
@@ -16,5 +18,5 @@ from .model import ModelDrafter
 
 __all__ = [
     "Drafter", "ModelDrafter", "PromptLookupDrafter", "EagleConfig", "EagleDraft", "EagleDrafter", "HybridDrafter",
-    "load_draft", "save_draft", "load_default_draft",
+    "load_draft", "save_draft", "load_default_draft", "noisy_copy", "self_draft",
 ]

@@ -14,11 +14,12 @@ from .model import (
     speedup_curve,
     tree_expected_tokens,
     tree_speedup,
+    verify_ratio,
 )
 from .presets import HARDWARE, MODELS, PRECISION_BYTES, Hardware, ModelSpec, custom_model, smollm2_draft, this_machine
 
 __all__ = [
     "ForwardCost", "SimRun", "SpecTiming", "arithmetic_intensity", "forward_cost", "simulate_generation", "spec_timing",
-    "speedup_curve", "tree_expected_tokens", "tree_speedup", "HARDWARE", "MODELS", "PRECISION_BYTES", "Hardware",
+    "speedup_curve", "tree_expected_tokens", "tree_speedup", "verify_ratio", "HARDWARE", "MODELS", "PRECISION_BYTES", "Hardware",
     "ModelSpec", "custom_model", "smollm2_draft", "this_machine",
 ]

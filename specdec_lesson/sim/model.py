@@ -30,7 +30,7 @@ from ..theory import best_k, expected_tokens, speedup
 from .presets import Hardware, ModelSpec, get_hardware, get_model
 
 __all__ = [
-    "ForwardCost", "forward_cost", "arithmetic_intensity", "SpecTiming", "spec_timing", "speedup_curve",
+    "ForwardCost", "forward_cost", "arithmetic_intensity", "SpecTiming", "spec_timing", "speedup_curve", "verify_ratio",
     "tree_expected_tokens", "tree_speedup", "SimRun", "simulate_generation", "best_k", "expected_tokens", "speedup",
 ]
 
@@ -161,10 +161,22 @@ def speedup_curve(hardware: str | Hardware, target: str | ModelSpec, draft: str 
     """S(K) for K = 1..k_max and the best K (via :func:`specdec_lesson.theory.best_k` with the roofline
     verify curve)."""
     timings = [spec_timing(hardware, target, draft, k, alpha, **kw) for k in range(1, k_max + 1)]
-    t1 = timings[0].t_target
-    ratio = {k + 1: t.t_verify / t1 for k, t in enumerate(timings, start=1)}
-    kbest = best_k(alpha, timings[0].c, k_max=k_max, verify_ratio=lambda n: ratio[n])
+    shared = {name: kw[name] for name in ("precision", "batch", "context", "n_devices") if name in kw}
+    ratio = verify_ratio(hardware, target, **shared)
+    kbest = best_k(alpha, timings[0].c, k_max=k_max, verify_ratio=ratio)
     return [t.speedup for t in timings], kbest
+
+
+def verify_ratio(hardware: str | Hardware, target: str | ModelSpec, precision: str = "bf16", batch: int = 1,
+                 context: int = 1024, n_devices: int = 1) -> Callable[[int], float]:
+    """The roofline verify curve as a function: ``n -> T(n) / T(1)``, one target forward over n new tokens
+    per row against one plain decode step (per-step overheads included in both)."""
+    t1 = forward_cost(hardware, target, precision, 1, batch, context, n_devices).total
+
+    def ratio(n: int) -> float:
+        return forward_cost(hardware, target, precision, n, batch, context, n_devices).total / t1
+
+    return ratio
 
 
 # ----------------------------------------------------------------------------------------------- trees
