@@ -6,22 +6,25 @@ it imitates (:func:`specdec_lesson.toy.draft_step` for draft steps,
 (:func:`specdec_lesson.toy.sample_speculative`) runs the correct and the buggy versions and the
 tests / notebook 01 measure how far each one moves the output law.
 
-=======================================  =============================================  ==========
-bug                                      seen in                                        output law
-=======================================  =============================================  ==========
-1 greedy draft, softmax q                jaymody #3, transformers #32867 / #47932       biased
-2 q from other processing than sampled   vLLM #9834                                     biased
-3 bonus token by argmax at T > 0         vLLM PR #9730                                  biased
-4 bonus dropped on full acceptance       (efficiency bug)                               EXACT, slower
-5 generator reseeded inside the loop     feifeibear/LLMSpeculativeSampling              biased
-6 residual max(0, p - q) not guarded     jaymody #5 (0/0 -> NaN)                        wrong when it fires
-=======================================  =============================================  ==========
+========  =======================================  =============================================  ==========
+pitfall   bug                                      seen in                                        output law
+========  =======================================  =============================================  ==========
+1         greedy draft, softmax q                  jaymody #3, transformers #32867 / #47932       biased
+2         q from other processing than sampled     vLLM #9834                                     biased
+3a        bonus token by argmax at T > 0           vLLM PR #9730                                  biased
+3b        bonus dropped on full acceptance         (efficiency bug)                               EXACT, slower
+4         residual max(0, p - q) not guarded       jaymody #5 (0/0 -> NaN)                        wrong when it fires
+5         generator reseeded inside the loop       feifeibear/LLMSpeculativeSampling              biased
+========  =======================================  =============================================  ==========
 
-Bug 4 is instructive: the token after a fully accepted chain is simply produced by the next
+The numbers are the course's one numbering of pitfalls (``docs/pitfalls.md``, which also lists the
+engine-level pitfalls 3c and 6-9 that need caches and batches rather than one verification step).
+
+Pitfall 3b is instructive: the token after a fully accepted chain is simply produced by the next
 step, from the same context, so the law is unchanged (``speculative_joint(..., bonus=False)``
 equals the target exactly) - it only wastes the target's K+1-th distribution and lowers the
 tokens per step from (1 - a^(K+1)) / (1 - a) to that minus a^K (see the tests).
-Bug 6 fires only when the residual is all zero at a rejection, which in exact arithmetic never
+Pitfall 4 fires only when the residual is all zero at a rejection, which in exact arithmetic never
 happens (rejection needs p(x) < q(x), hence mass of p - q elsewhere).  It happens in floating
 point when p and q are nearly equal but rounded differently (e.g. a draft that is the target in
 another precision); then 0/0 = NaN, and argmax over NaN silently returns token 0.
@@ -45,7 +48,7 @@ __all__ = [
 def buggy_draft_greedy_softmax_q(
     logits: torch.Tensor, sampling: SamplingConfig, generator: torch.Generator
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """BUG 1: the draft token is the argmax, but q is reported as the softmax law.
+    """BUG (pitfall 1): the draft token is the argmax, but q is reported as the softmax law.
 
     The verifier then believes x was drawn from q and accepts it with probability
     min(1, p(x)/q(x)) as if it were random: the output over-represents the draft's favourite.
@@ -57,7 +60,7 @@ def buggy_draft_greedy_softmax_q(
 def buggy_draft_q_unprocessed(
     logits: torch.Tensor, sampling: SamplingConfig, generator: torch.Generator
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """BUG 2: the token is sampled with the run's temperature / top-k / top-p, but q is computed
+    """BUG (pitfall 2): the token is sampled with the run's temperature / top-k / top-p, but q is computed
     from the raw logits (T = 1, no filtering), i.e. not the law the token was drawn from."""
     sampled_from = sampling.probs(logits)  # [B, V]
     tok = sample_from_probs(sampled_from, generator)  # [B]
@@ -68,7 +71,7 @@ def buggy_verify_argmax_bonus(
     target_probs: torch.Tensor, draft_probs: torch.Tensor, draft_tokens: torch.Tensor,
     generator: torch.Generator | None = None, *, validate: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """BUG 3: after K acceptances the bonus token is argmax p_K instead of a sample from p_K."""
+    """BUG (pitfall 3a): after K acceptances the bonus token is argmax p_K instead of a sample from p_K."""
     num_accepted, next_token = verify_chain(target_probs, draft_probs, draft_tokens, generator, validate=validate)
     K = draft_tokens.shape[1]
     greedy_bonus = target_probs[:, K].argmax(dim=-1)  # [B]
@@ -79,7 +82,7 @@ def buggy_verify_no_bonus(
     target_probs: torch.Tensor, draft_probs: torch.Tensor, draft_tokens: torch.Tensor,
     generator: torch.Generator | None = None, *, validate: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """BUG 4 (efficiency only): no bonus token after K acceptances; next_token = -1 means none."""
+    """BUG (pitfall 3b, efficiency only): no bonus token after K acceptances; next_token = -1 means none."""
     num_accepted, next_token = verify_chain(target_probs, draft_probs, draft_tokens, generator, validate=validate)
     K = draft_tokens.shape[1]
     return num_accepted, torch.where(num_accepted == K, torch.full_like(next_token, -1), next_token)
@@ -89,7 +92,7 @@ def buggy_verify_reseeded(
     target_probs: torch.Tensor, draft_probs: torch.Tensor, draft_tokens: torch.Tensor,
     generator: torch.Generator | None = None, *, validate: bool = True, seed: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """BUG 5: the step reseeds its generator (``manual_seed(seed)`` "for reproducibility").
+    """BUG (pitfall 5): the step reseeds its generator (``manual_seed(seed)`` "for reproducibility").
 
     Every step then reuses the same uniforms and exponentials, and the draft steps that follow
     reuse the same stream too: positions are no longer independent."""
@@ -102,7 +105,7 @@ def buggy_verify_unguarded_from_randoms(
     target_probs: torch.Tensor, draft_probs: torch.Tensor, draft_tokens: torch.Tensor,
     uniforms: torch.Tensor, exponentials: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """BUG 6: the residual is normalised without a guard; an all-zero residual gives 0/0 = NaN
+    """BUG (pitfall 4): the residual is normalised without a guard; an all-zero residual gives 0/0 = NaN
     and argmax over NaN returns the first NaN's index (token 0).  Otherwise identical to
     :func:`specdec_lesson.verify.verify_chain_from_randoms`."""
     B, K1, V = target_probs.shape
@@ -124,7 +127,7 @@ def buggy_verify_unguarded(
     target_probs: torch.Tensor, draft_probs: torch.Tensor, draft_tokens: torch.Tensor,
     generator: torch.Generator | None = None, *, validate: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """BUG 6 with the :func:`verify_chain` signature (same random-number protocol)."""
+    """BUG (pitfall 4) with the :func:`verify_chain` signature (same random-number protocol)."""
     B, K1, V = target_probs.shape
     uniforms, exponentials = draw_verify_randoms(
         B, K1 - 1, V, device=target_probs.device, dtype=target_probs.dtype, generator=generator
@@ -137,8 +140,8 @@ BUGGY_DRAFT_STEPS = {
     "2 q not the law sampled from": buggy_draft_q_unprocessed,
 }
 BUGGY_VERIFIERS = {
-    "3 argmax bonus token": buggy_verify_argmax_bonus,
-    "4 bonus dropped (lossless, slower)": buggy_verify_no_bonus,
+    "3a argmax bonus token": buggy_verify_argmax_bonus,
+    "3b bonus dropped (lossless, slower)": buggy_verify_no_bonus,
+    "4 unguarded residual": buggy_verify_unguarded,
     "5 reseeded every step": buggy_verify_reseeded,
-    "6 unguarded residual": buggy_verify_unguarded,
 }

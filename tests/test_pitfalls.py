@@ -19,7 +19,7 @@ LAW_BUGS = [  # (label, harness override, processing): the same Monte Carlo test
     ("1 greedy draft with softmax q", dict(draft_fn=P.buggy_draft_greedy_softmax_q), dict(temperature=1.0)),
     ("2 q without the temperature", dict(draft_fn=P.buggy_draft_q_unprocessed), dict(temperature=0.5)),
     ("2 q without top-p", dict(draft_fn=P.buggy_draft_q_unprocessed), dict(temperature=1.0, top_p=0.6)),
-    ("3 argmax bonus token", dict(verify_fn=P.buggy_verify_argmax_bonus), dict(temperature=1.0)),
+    ("3a argmax bonus token", dict(verify_fn=P.buggy_verify_argmax_bonus), dict(temperature=1.0)),
     ("5 reseeded every step", dict(verify_fn=P.buggy_verify_reseeded), dict(temperature=1.0)),
 ]
 
@@ -37,7 +37,7 @@ def test_monte_carlo_flags_each_law_bug(label, harness, cfg):
 
 
 def test_dropped_bonus_keeps_the_law_but_loses_tokens():
-    """Bug 4 is lossless (the law test rightly does not flag it; the exact enumerator proves
+    """Pitfall 3b is lossless (the law test rightly does not flag it; the exact enumerator proves
     it in test_toy) but emits alpha^K fewer tokens per step.  i.i.d. positions (same p, q at
     every position) so that E[tokens] = (1 - a^(K+1)) / (1 - a) holds exactly; 200,000 steps,
     standard error of the mean < 0.003, tolerance 0.015 (5 sigma)."""
@@ -59,7 +59,7 @@ def test_dropped_bonus_keeps_the_law_but_loses_tokens():
 
 
 def test_unguarded_residual_returns_token_zero():
-    """Bug 6 needs an all-zero residual at a rejection, which only floating-point rounding
+    """Pitfall 4 needs an all-zero residual at a rejection, which only floating-point rounding
     produces: p and q equal except p(x) a hair smaller (rows still sum to 1 within float32's
     tolerance).  Forced rejection (u = 0.9999): the guarded verifier samples from p, the
     unguarded one computes 0/0 and always returns token 0.  2,000 draws; P(correct sampler
@@ -87,8 +87,8 @@ def test_unguarded_residual_returns_token_zero():
 
 def test_registry_is_labelled():
     assert set(P.BUGGY_DRAFT_STEPS) | set(P.BUGGY_VERIFIERS) == {
-        "1 greedy draft with softmax q", "2 q not the law sampled from", "3 argmax bonus token",
-        "4 bonus dropped (lossless, slower)", "5 reseeded every step", "6 unguarded residual",
+        "1 greedy draft with softmax q", "2 q not the law sampled from", "3a argmax bonus token",
+        "3b bonus dropped (lossless, slower)", "4 unguarded residual", "5 reseeded every step",
     }
     for fn in list(P.BUGGY_DRAFT_STEPS.values()) + list(P.BUGGY_VERIFIERS.values()):
         assert fn.__name__.startswith("buggy_") and "BUG" in fn.__doc__

@@ -58,7 +58,7 @@ def test_exact_enumerator_can_fail():
 
 
 def test_dropped_bonus_is_still_exact():
-    """Pitfall 4 (no bonus token after K acceptances) is an efficiency bug, not a law bug."""
+    """Pitfall 3b (no bonus token after K acceptances) is an efficiency bug, not a law bug."""
     for k in (1, 2, 3):
         assert toy.speculative_joint(TARGET, DRAFT, PROMPT, 4, k, bonus=False) == toy.target_joint(TARGET, PROMPT, 4)
 
