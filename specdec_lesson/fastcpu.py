@@ -17,6 +17,13 @@ CPU inputs without autograd; everything else (CUDA, float64, bf16, training) goe
 (``_pack`` / ``_packed_linear``) and probed once per process with a test call checked against
 ``F.linear``; when the probe fails, ``prepack_linears`` leaves the model untouched.
 
+Pre-packing is not faster everywhere: on some CPUs (seen on Intel Xeons with AVX-512/AMX) the plain
+one-row GEMV beats the packed path while packed wins from two rows on.  Each ``PackedLinear`` therefore
+has a dispatch threshold ``plain_rows_max``: inputs with at most that many rows (batch x new tokens) go
+through ``F.linear`` with the original weight, larger ones through oneDNN.  ``tune_dispatch(model)``
+measures both paths per forward width on this machine and sets the threshold so that every width uses
+the faster one (``set_plain_rows`` sets it by hand); the default 0 means "always packed".
+
 Outputs are not bit-identical to ``F.linear`` (another summation order): the logits of SmolLM2
 differ by about 1e-4 (fp32 rounding), and tests check < 1e-3 and identical argmax.
 """
@@ -27,7 +34,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["PackedLinear", "packed_linear_available", "prepack_linears", "unpack_linears", "count_packed"]
+__all__ = [
+    "PackedLinear", "packed_linear_available", "prepack_linears", "unpack_linears", "count_packed", "set_plain_rows",
+    "tune_dispatch",
+]
 
 _AVAILABLE: bool | None = None  # probed once per process (see packed_linear_available)
 
@@ -99,6 +109,7 @@ class PackedLinear(nn.Module):
         self.bias = linear.bias
         self._packed: torch.Tensor | None = None  # a plain attribute: .to()/state_dict never see it
         self._packed_key: tuple | None = None
+        self.plain_rows_max = 0  # inputs with at most this many rows use F.linear (see tune_dispatch)
 
     def _key(self) -> tuple:
         return _weight_key(self.weight)
@@ -119,6 +130,8 @@ class PackedLinear(nn.Module):
             or (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad or (b is not None and b.requires_grad)))
         ):  # not fp32 CPU inference (the oneDNN op has no autograd formula): plain F.linear
             return F.linear(x, w, b)
+        if self.plain_rows_max and x.numel() // self.in_features <= self.plain_rows_max:
+            return F.linear(x, w, b)  # few rows: the plain GEMV is faster on this machine
         packed = self._packed
         if packed is None or self._packed_key != _weight_key(w):
             packed = self.packed_weight()
@@ -139,7 +152,9 @@ class PackedLinear(nn.Module):
         return lin
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, packed=oneDNN"
+        plain = f", plain up to {self.plain_rows_max} rows" if self.plain_rows_max else ""
+        return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
+                f"packed=oneDNN{plain}")
 
 
 def _replace_children(module: nn.Module, fn) -> int:
@@ -195,3 +210,47 @@ def unpack_linears(model: nn.Module) -> nn.Module:
 def count_packed(model: nn.Module) -> int:
     """How many ``PackedLinear`` modules ``model`` contains."""
     return sum(isinstance(m, PackedLinear) for m in model.modules())
+
+
+def set_plain_rows(model: nn.Module, rows: int) -> int:
+    """Route inputs of at most ``rows`` rows through the plain weights in every ``PackedLinear`` of ``model``
+    (0: always packed).  Returns how many modules were set."""
+    if isinstance(rows, bool) or not isinstance(rows, int) or rows < 0:
+        raise ValueError(f"rows must be an integer >= 0, got {rows!r}")
+    mods = [m for m in model.modules() if isinstance(m, PackedLinear)]
+    for m in mods:
+        m.plain_rows_max = rows
+    return len(mods)
+
+
+def tune_dispatch(model: nn.Module, widths: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 8), context: int = 128,
+                  repeats: int = 5) -> dict:
+    """Measure one forward over n new tokens (batch 1, after a ``context``-token cache) with plain and with
+    packed weights for each n in ``widths``, interleaved, and set ``plain_rows_max`` to the largest n such
+    that plain is faster at every width up to n.  Returns ``{"plain_ms": {n: ms}, "packed_ms": {n: ms},
+    "plain_rows_max": r, "best_ms": {n: ms}}`` (medians).  A model without packed linears is left alone."""
+    from .profiling import measure_verify_curve
+
+    if count_packed(model) == 0:
+        return {"plain_ms": {}, "packed_ms": {}, "plain_rows_max": 0, "best_ms": {}}
+    ns = sorted(set(widths))
+    plain: dict[int, list[float]] = {n: [] for n in ns}
+    packed: dict[int, list[float]] = {n: [] for n in ns}
+    big = max(ns) + 1
+    for _ in range(repeats):  # interleaved: a slow moment of the machine hits both paths alike
+        for rows, into in ((big, plain), (0, packed)):
+            set_plain_rows(model, rows)
+            curve = measure_verify_curve(model, context=context, repeats=1, ns=ns)
+            for n in ns:
+                into[n].append(curve[n] * 1e3)
+    med = lambda xs: sorted(xs)[len(xs) // 2]
+    plain_ms = {n: med(v) for n, v in plain.items()}
+    packed_ms = {n: med(v) for n, v in packed.items()}
+    r = 0
+    for n in ns:  # the widths up to r all run faster plain
+        if plain_ms[n] >= packed_ms[n]:
+            break
+        r = n
+    set_plain_rows(model, r)
+    best = {n: min(plain_ms[n], packed_ms[n]) if n <= r else packed_ms[n] for n in ns}
+    return {"plain_ms": plain_ms, "packed_ms": packed_ms, "plain_rows_max": r, "best_ms": best}

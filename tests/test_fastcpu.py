@@ -205,3 +205,48 @@ def test_default_target_logits_within_rounding():
     _assert_close_same_argmax(_logits(model, ids), want_full)
     for n, w in want_verify.items():
         _assert_close_same_argmax(_cached_logits(model, ids[:, : 40 + n], 40), w)
+
+
+def test_dispatch_threshold_routes_small_inputs_to_the_plain_weights(monkeypatch):
+    from specdec_lesson import fastcpu
+    from specdec_lesson.models import tiny_llama
+
+    model = tiny_llama(dtype=torch.float32)
+    fastcpu.prepack_linears(model)
+    if fastcpu.count_packed(model) == 0:
+        pytest.skip("the oneDNN packed linear is not available in this PyTorch build")
+    calls = []
+    monkeypatch.setattr(fastcpu, "_packed_linear", lambda x, p, b: calls.append(x.shape) or torch.ops.mkldnn._linear_pointwise(
+        x, p, b, "none", [], ""))
+    ids = torch.tensor([[1, 2, 3, 4]])
+    with torch.inference_mode():
+        ref = model(ids[:, :1]).logits
+        assert calls
+        calls.clear()
+        assert fastcpu.set_plain_rows(model, 1) == fastcpu.count_packed(model)
+        one = model(ids[:, :1]).logits  # 1 row: plain
+        assert not calls
+        model(ids)  # 4 rows: packed
+        assert calls
+    torch.testing.assert_close(one, ref, atol=1e-4, rtol=1e-4)
+    with pytest.raises(ValueError):
+        fastcpu.set_plain_rows(model, -1)
+
+
+def test_tune_dispatch_picks_the_faster_path_per_width(monkeypatch):
+    from specdec_lesson import fastcpu, profiling
+    from specdec_lesson.models import tiny_llama
+
+    model = tiny_llama(dtype=torch.float32)
+    fastcpu.prepack_linears(model)
+    if fastcpu.count_packed(model) == 0:
+        pytest.skip("the oneDNN packed linear is not available in this PyTorch build")
+
+    def fake_curve(m, context, repeats, ns):  # plain faster at 1 and 2 rows, packed from 3 on
+        plain = next(x for x in m.modules() if isinstance(x, fastcpu.PackedLinear)).plain_rows_max > 0
+        return {n: (0.010 if n <= 2 else 0.030) if plain else 0.020 for n in ns}
+
+    monkeypatch.setattr(profiling, "measure_verify_curve", fake_curve)
+    res = fastcpu.tune_dispatch(model, widths=(1, 2, 3, 4), repeats=3)
+    assert res["plain_rows_max"] == 2 and res["best_ms"] == {1: 10.0, 2: 10.0, 3: 20.0, 4: 20.0}
+    assert all(m.plain_rows_max == 2 for m in model.modules() if isinstance(m, fastcpu.PackedLinear))
