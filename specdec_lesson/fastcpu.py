@@ -20,7 +20,7 @@ CPU inputs without autograd; everything else (CUDA, float64, bf16, training) goe
 Pre-packing is not faster everywhere: on some CPUs (seen on Intel Xeons with AVX-512/AMX) the plain
 one-row GEMV beats the packed path while packed wins from two rows on.  Each ``PackedLinear`` therefore
 has a dispatch threshold ``plain_rows_max``: inputs with at most that many rows (batch x new tokens) go
-through ``F.linear`` with the original weight, larger ones through oneDNN.  ``tune_dispatch(model)``
+through ``F.linear`` with the original weight, larger ones through oneDNN.  ``profiling.tune_dispatch(model)``
 measures both paths per forward width on this machine and sets the threshold so that every width uses
 the faster one (``set_plain_rows`` sets it by hand); the default 0 means "always packed".
 
@@ -36,7 +36,6 @@ from torch import nn
 
 __all__ = [
     "PackedLinear", "packed_linear_available", "prepack_linears", "unpack_linears", "count_packed", "set_plain_rows",
-    "tune_dispatch",
 ]
 
 _AVAILABLE: bool | None = None  # probed once per process (see packed_linear_available)
@@ -221,36 +220,3 @@ def set_plain_rows(model: nn.Module, rows: int) -> int:
     for m in mods:
         m.plain_rows_max = rows
     return len(mods)
-
-
-def tune_dispatch(model: nn.Module, widths: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 8), context: int = 128,
-                  repeats: int = 5) -> dict:
-    """Measure one forward over n new tokens (batch 1, after a ``context``-token cache) with plain and with
-    packed weights for each n in ``widths``, interleaved, and set ``plain_rows_max`` to the largest n such
-    that plain is faster at every width up to n.  Returns ``{"plain_ms": {n: ms}, "packed_ms": {n: ms},
-    "plain_rows_max": r, "best_ms": {n: ms}}`` (medians).  A model without packed linears is left alone."""
-    from .profiling import measure_verify_curve
-
-    if count_packed(model) == 0:
-        return {"plain_ms": {}, "packed_ms": {}, "plain_rows_max": 0, "best_ms": {}}
-    ns = sorted(set(widths))
-    plain: dict[int, list[float]] = {n: [] for n in ns}
-    packed: dict[int, list[float]] = {n: [] for n in ns}
-    big = max(ns) + 1
-    for _ in range(repeats):  # interleaved: a slow moment of the machine hits both paths alike
-        for rows, into in ((big, plain), (0, packed)):
-            set_plain_rows(model, rows)
-            curve = measure_verify_curve(model, context=context, repeats=1, ns=ns)
-            for n in ns:
-                into[n].append(curve[n] * 1e3)
-    med = lambda xs: sorted(xs)[len(xs) // 2]
-    plain_ms = {n: med(v) for n, v in plain.items()}
-    packed_ms = {n: med(v) for n, v in packed.items()}
-    r = 0
-    for n in ns:  # the widths up to r all run faster plain
-        if plain_ms[n] >= packed_ms[n]:
-            break
-        r = n
-    set_plain_rows(model, r)
-    best = {n: min(plain_ms[n], packed_ms[n]) if n <= r else packed_ms[n] for n in ns}
-    return {"plain_ms": plain_ms, "packed_ms": packed_ms, "plain_rows_max": r, "best_ms": best}

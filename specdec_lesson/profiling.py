@@ -22,7 +22,7 @@ import torch
 
 __all__ = [
     "crop_to", "measure_bandwidth", "measure_matmul_flops", "measure_verify_curve", "measure_framework_overhead", "wall_ms",
-    "count_parameters",
+    "count_parameters", "tune_dispatch",
 ]
 
 
@@ -180,3 +180,36 @@ def measure_framework_overhead(
 
     model = tiny_llama(vocab_size=64, hidden_size=16, num_layers=num_layers, num_heads=2, num_kv_heads=1, dtype=dtype)
     return measure_verify_curve(model, context=context, repeats=repeats, ns=[1])[1]
+
+
+def tune_dispatch(model: torch.nn.Module, widths: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 8), context: int = 128,
+                  repeats: int = 5) -> dict:
+    """Measure one forward over n new tokens (batch 1, after a ``context``-token cache) with plain and with
+    packed weights for each n in ``widths``, interleaved, and set ``plain_rows_max`` to the largest n such
+    that plain is faster at every width up to n.  Returns ``{"plain_ms": {n: ms}, "packed_ms": {n: ms},
+    "plain_rows_max": r, "best_ms": {n: ms}}`` (medians).  A model without packed linears is left alone."""
+    from .fastcpu import count_packed, set_plain_rows
+
+    if count_packed(model) == 0:
+        return {"plain_ms": {}, "packed_ms": {}, "plain_rows_max": 0, "best_ms": {}}
+    ns = sorted(set(widths))
+    plain: dict[int, list[float]] = {n: [] for n in ns}
+    packed: dict[int, list[float]] = {n: [] for n in ns}
+    big = max(ns) + 1
+    for _ in range(repeats):  # interleaved: a slow moment of the machine hits both paths alike
+        for rows, into in ((big, plain), (0, packed)):
+            set_plain_rows(model, rows)
+            curve = measure_verify_curve(model, context=context, repeats=1, ns=ns)
+            for n in ns:
+                into[n].append(curve[n] * 1e3)
+    med = lambda xs: sorted(xs)[len(xs) // 2]
+    plain_ms = {n: med(v) for n, v in plain.items()}
+    packed_ms = {n: med(v) for n, v in packed.items()}
+    r = 0
+    for n in ns:  # the widths up to r all run faster plain
+        if plain_ms[n] >= packed_ms[n]:
+            break
+        r = n
+    set_plain_rows(model, r)
+    best = {n: min(plain_ms[n], packed_ms[n]) if n <= r else packed_ms[n] for n in ns}
+    return {"plain_ms": plain_ms, "packed_ms": packed_ms, "plain_rows_max": r, "best_ms": best}

@@ -47,11 +47,19 @@ def logits_to_probs(
 
     * ``temperature == 0`` is greedy decoding: a one-hot law on the argmax, ties broken
       by the lowest token id.  top-k / top-p do not change an argmax and are ignored.
-    * ``top_k``: keep the tokens whose scaled logit is >= the k-th largest (ties at the
-      boundary are all kept, so the rule does not depend on sort order).
+    * ``top_k``: keep the tokens whose logit is >= the k-th largest (ties at the boundary are
+      all kept, so the rule does not depend on sort order).  Dividing by T > 0 keeps the order,
+      so this is the same set as on the scaled logits, without the ties rounding could make.
     * ``top_p``: sort the (top-k filtered) law descending with a stable sort and keep a
       token while the mass strictly before it is < top_p (the smallest prefix whose mass
       reaches top_p; the most likely token is always kept).
+
+    Numerics: the law is computed in fp32 (fp64 for fp64 logits) and returned in that dtype,
+    whatever the logits' dtype, and the max is subtracted *before* dividing by T:
+    ``(l - max l) / T`` is <= 0, exactly 0 at the maximum, so the softmax never sees inf - inf,
+    and is stable at any T > 0 (T = 1e-38, or fp16 logits at T = 1e-4, where ``l / T``
+    overflows).  As T -> 0 the law tends to uniform over the tied maxima, and entries whose
+    scaled logit underflows get probability 0.
 
     ``validate=False`` skips the finiteness check (one host sync) for hot loops whose
     inputs come from a model that was already checked.
@@ -63,14 +71,17 @@ def logits_to_probs(
         raise ValueError(f"logits must have a non-empty last (vocabulary) dimension, got {tuple(logits.shape)}")
     if validate and not bool(torch.isfinite(logits).all()):
         raise ValueError("logits contain NaN or infinite values")
+    logits = as_float(logits)  # [..., V] fp32 / fp64
     vocab = logits.shape[-1]
     if temperature == 0:
         idx = logits.argmax(dim=-1, keepdim=True)  # [..., 1] first maximum = lowest id
         return torch.zeros_like(logits).scatter_(-1, idx, 1.0)  # [..., V]
-    scaled = logits / temperature  # [..., V]
     if top_k is not None and top_k < vocab:
-        kth = torch.topk(scaled, top_k, dim=-1).values[..., -1:]  # [..., 1]
-        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]  # [..., 1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    shifted = logits - logits.amax(dim=-1, keepdim=True)  # [..., V] <= 0, 0 at the maximum
+    # d / T with d <= 0: never NaN for d < 0 (at worst -inf); d == 0 stays 0 even if T rounds to 0 in fp32
+    scaled = torch.where(shifted == 0, shifted, shifted / temperature)  # [..., V]
     probs = torch.softmax(scaled, dim=-1)  # [..., V]
     if top_p is not None and top_p < 1.0:
         sorted_p, order = torch.sort(probs, dim=-1, descending=True, stable=True)  # [..., V]

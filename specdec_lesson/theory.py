@@ -2,6 +2,18 @@
 
 alpha: the expected acceptance rate E[beta], beta = sum_x min(p(x), q(x)) = 1 - TV(p, q).
 c: the cost of one draft forward relative to one target forward.
+
+How many drafts can a lossless verifier accept?  On the event "at least i drafts accepted" the
+first i emitted tokens ARE the drafts X^i ~ q^i, and they must also follow the target's p^i,
+so P(tau >= i) <= sum_{x^i} min(p^i(x^i), q^i(x^i)) and E[tau] <= sum_i of that
+(:func:`expected_accepted_bound`).  Token-level verification reaches only sum_i beta^i for
+i.i.d. laws (:func:`token_expected_accepted`): it rejects at the first token with p < q even when
+the block as a whole is likelier under p.  Block verification (Sun et al. 2024,
+:mod:`specdec_lesson.block_verify`) carries a weight w_i = min(1, w_{i-1} p_i(X_i)/q_i(X_i)) along
+the block and accepts the longest prefix whose test u_i < h_i passes; it is still exact and is the
+best rule that only sees the drafted path's laws.  Their example, p = (1/3, 2/3), q = (2/3, 1/3),
+K = 2: token-level 10/9, block 11/9, the bound 12/9 (reachable only by a rule that knows the
+laws off the drafted path, here that they do not depend on the context).
 """
 
 from __future__ import annotations
@@ -14,6 +26,7 @@ import sympy as sp
 __all__ = [
     "acceptance_rate", "expected_tokens", "speedup", "best_k", "speedup_bound",
     "pointwise_identities", "derive_output_law", "derive_expected_tokens", "exact_emit_law",
+    "token_expected_accepted", "expected_accepted_bound",
 ]
 
 
@@ -217,3 +230,32 @@ def exact_emit_law(target_law, draft_law) -> list[Fraction]:
     residual = [max(Fraction(0), a - b) for a, b in zip(p, q)]
     z = sum(residual)
     return [acc + ((1 - beta) * r / z if z else 0) for acc, r in zip(accept, residual)]
+
+
+def _exact_laws(target_law, draft_law) -> tuple[list[Fraction], list[Fraction]]:
+    p, q = [Fraction(v) for v in target_law], [Fraction(v) for v in draft_law]
+    if len(p) != len(q) or sum(p) != 1 or sum(q) != 1 or min(p + q) < 0:
+        raise ValueError("target_law and draft_law must be laws over the same vocabulary, summing to 1 exactly")
+    return p, q
+
+
+def token_expected_accepted(target_law, draft_law, k: int) -> Fraction:
+    """E[accepted drafts] of token-level verification for context-free i.i.d. laws:
+    sum_{i=1..K} beta^i, beta = sum_x min(p(x), q(x)) (the i-th draft counts iff the first i pass)."""
+    _check_k(k)
+    p, q = _exact_laws(target_law, draft_law)
+    beta = sum(min(a, b) for a, b in zip(p, q))
+    return sum(beta**i for i in range(1, k + 1))
+
+
+def expected_accepted_bound(target_law, draft_law, k: int) -> Fraction:
+    """The most any lossless verifier can accept per step, for context-free i.i.d. laws:
+    sum_{i=1..K} sum_{x in V^i} min(p^i(x), q^i(x)) with p^i(x) = prod_j p(x_j) (see the module
+    docstring; enumerates the V^i blocks, so for small V and K)."""
+    _check_k(k)
+    p, q = _exact_laws(target_law, draft_law)
+    total, blocks = Fraction(0), [(Fraction(1), Fraction(1))]  # (p^i, q^i) of every block of length i
+    for _ in range(k):
+        blocks = [(bp * a, bq * b) for bp, bq in blocks for a, b in zip(p, q) if a or b]
+        total += sum(min(bp, bq) for bp, bq in blocks)
+    return total

@@ -11,7 +11,11 @@ last m tokens.  Three things are built on it:
   first n emitted tokens of plain sampling and of speculative chain decoding (K drafts,
   accept / residual / bonus, continuing across steps).  Losslessness is then an *equality*.
 * :func:`sample_speculative`: the same decoding with torch tensors and an explicit generator,
-  many independent chains at once as a batch, driving the real :func:`verify_chain`.
+  many independent chains at once as a batch, driving the real :func:`verify_chain` (or any rule
+  with its signature, e.g. :func:`specdec_lesson.block_verify.verify_block`).
+
+:mod:`specdec_lesson.toy_block` enumerates a step under any verification rule (token-level or
+block verification) from the rule's exact outcome law, with the same :func:`compose_steps`.
 """
 
 from __future__ import annotations

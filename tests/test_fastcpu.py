@@ -247,6 +247,6 @@ def test_tune_dispatch_picks_the_faster_path_per_width(monkeypatch):
         return {n: (0.010 if n <= 2 else 0.030) if plain else 0.020 for n in ns}
 
     monkeypatch.setattr(profiling, "measure_verify_curve", fake_curve)
-    res = fastcpu.tune_dispatch(model, widths=(1, 2, 3, 4), repeats=3)
+    res = profiling.tune_dispatch(model, widths=(1, 2, 3, 4), repeats=3)
     assert res["plain_rows_max"] == 2 and res["best_ms"] == {1: 10.0, 2: 10.0, 3: 20.0, 4: 20.0}
     assert all(m.plain_rows_max == 2 for m in model.modules() if isinstance(m, fastcpu.PackedLinear))

@@ -176,6 +176,39 @@ def test_verify_matches_verify_chain_with_same_generator():
     assert torch.equal(n, n_ref) and torch.equal(tok, tok_ref)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_verify_half_precision_laws_are_their_fp32_renormalisation(dtype):
+    """bf16 / fp16 laws (rows off 1 by their rounding) give bit for bit what their fp32
+    renormalisation p / sum p, q / sum q gives, in the kernel and in the reference, with fp32
+    random numbers (draw_verify_randoms never makes half-precision ones)."""
+    B, K, V = 6, 3, 1500
+    gen = torch.Generator().manual_seed(21)
+    target_probs, draft_probs = _laws(B, K, V, gen, dtype)
+    draft_tokens = _sample_tokens(draft_probs, gen)
+    uniforms, exponentials = draw_verify_randoms(B, K, V, dtype=dtype, generator=gen)
+    assert uniforms.dtype == exponentials.dtype == torch.float32
+    fp32 = [t.float() / t.float().sum(-1, keepdim=True) for t in (target_probs, draft_probs)]
+    n, tok = verify_chain_triton(target_probs, draft_probs, draft_tokens, uniforms, exponentials, block_v=512)
+    n32, tok32 = verify_chain_triton(*fp32, draft_tokens, uniforms, exponentials, block_v=512)
+    assert torch.equal(n, n32) and torch.equal(tok, tok32)
+    _assert_same((target_probs, draft_probs, draft_tokens, uniforms, exponentials), block_v=512)
+
+
+def test_verify_mixed_dtypes_and_empty_batch():
+    """Inputs of different float dtypes are brought to one precision (fp64 if any is fp64) by the
+    wrapper as by the reference; a batch of 0 rows returns empty tensors without a launch."""
+    B, K, V = 3, 2, 700
+    gen = torch.Generator().manual_seed(22)
+    target_probs, draft_probs = _laws(B, K, V, gen, torch.float32)
+    draft_tokens = _sample_tokens(draft_probs, gen)
+    uniforms, exponentials = draw_verify_randoms(B, K, V, dtype=torch.float64, generator=gen)
+    _assert_same((target_probs.bfloat16(), draft_probs, draft_tokens, uniforms.float(), exponentials.float()), block_v=256)
+    _assert_same((target_probs, draft_probs.double(), draft_tokens, uniforms, exponentials.float()), block_v=256)
+    n, tok = verify_chain_triton(torch.zeros(0, K + 1, V), torch.zeros(0, K, V), torch.zeros(0, K, dtype=torch.long),
+                                 torch.zeros(0, K), torch.ones(0, V))
+    assert n.shape == tok.shape == (0,) and n.dtype == tok.dtype == torch.int64
+
+
 def test_verify_bad_inputs_raise_one_clear_error():
     tp, dp = torch.full((1, 3, 10), 0.1), torch.full((1, 2, 10), 0.1)
     tok, u, e = torch.zeros(1, 2, dtype=torch.long), torch.rand(1, 2), torch.ones(1, 10)
@@ -183,8 +216,12 @@ def test_verify_bad_inputs_raise_one_clear_error():
         verify_chain_triton(tp, dp[:, :1], tok, u, e)
     with pytest.raises(ValueError, match="exponentials"):
         verify_chain_triton(tp, dp, tok, u, e[:, :5])
+    with pytest.raises(ValueError, match="dtype"):  # half-precision random numbers are refused (biased)
+        verify_chain_triton(tp, dp, tok, u.bfloat16(), e)
     with pytest.raises(ValueError, match="dtype"):
-        verify_chain_triton(tp, dp.double(), tok, u, e)
+        verify_chain_triton(tp, dp, tok, u, e.half())
+    with pytest.raises(ValueError, match="dtype"):
+        verify_chain_triton(tp.long(), dp, tok, u, e)
     with pytest.raises(ValueError, match="integer"):
         verify_chain_triton(tp, dp, tok.float(), u, e)
     with pytest.raises(ValueError, match="splits"):
@@ -333,13 +370,12 @@ _COMPILE_CHECK = textwrap.dedent(
     v_names = ("target_ptr draft_ptr tokens_ptr uniforms_ptr expo_ptr num_accepted_ptr next_token_ptr "
                "part_val_ptr part_idx_ptr part_any_ptr counter_ptr K V V_PER_SPLIT "
                "stride_tb stride_tk stride_db stride_dk stride_xb stride_ub stride_eb "
-               "BLOCK_K BLOCK_V NUM_STAGES SPLITS IS_F64 LOWP")
-    for dt, f64, lowp, splits in (("fp32", False, False, 1), ("fp64", True, False, 1), ("bf16", False, True, 1),
-                                  ("fp32", False, False, 4)):
+               "BLOCK_K BLOCK_V NUM_STAGES SPLITS IS_F64")
+    for dt, f64, splits in (("fp32", False, 1), ("fp64", True, 1), ("fp32", False, 4)):  # the wrapper upcasts fp16 / bf16
         ct = "fp64" if f64 else "fp32"
         types = ["*" + dt] * 2 + ["*i64", "*" + dt, "*" + dt, "*i64", "*i64", "*" + ct, "*i64", "*i32", "*i32"]
-        sig = sig_of(v_names, types + ["i32"] * 10 + ["constexpr"] * 6)
-        consts = {"BLOCK_K": 8, "BLOCK_V": 4096, "NUM_STAGES": 3, "SPLITS": splits, "IS_F64": f64, "LOWP": lowp}
+        sig = sig_of(v_names, types + ["i32"] * 10 + ["constexpr"] * 5)
+        consts = {"BLOCK_K": 8, "BLOCK_V": 4096, "NUM_STAGES": 3, "SPLITS": splits, "IS_F64": f64}
         ptx = build(_verify_chain_kernel, sig, consts).asm["ptx"]
         if dt == "fp32":
             assert "div.rn.f32" in ptx and "div.full" not in ptx and "div.approx" not in ptx, "division is not IEEE"

@@ -121,3 +121,52 @@ def test_bad_logits_tensors_raise():
     with pytest.raises(ValueError, match="vocabulary"):
         logits_to_probs(torch.zeros(3, 0))
     check_sampling_args(0.0, None, None)  # greedy defaults are valid
+
+
+# ------------------------------------------------------------------ numerics: tiny temperatures, half-precision logits
+
+TINY_T = [1e-4, 1e-38, 1e-46, 5e-324]  # 1e-38 is subnormal in fp32, 1e-46 rounds to 0 in fp32, 5e-324 is fp64's least
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("temperature", TINY_T)
+def test_tiny_temperature_is_one_hot_on_the_maximum(dtype, temperature):
+    """l / T overflows for a tiny T (inf - inf = NaN in the softmax); (l - max l) / T does not: the
+    law tends to the one-hot argmax, with or without top-k / top-p, in fp32 (fp64 for fp64 logits)."""
+    logits = torch.tensor([[20.0, 10.0, 0.0], [0.0, 3.0, 1.0]], dtype=dtype)
+    want = torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]], dtype=torch.float64)
+    for top_k, top_p in ((None, None), (2, None), (None, 0.9), (2, 0.5), (1, None)):
+        probs = logits_to_probs(logits, temperature, top_k, top_p)  # [2, V]
+        assert probs.dtype == (torch.float64 if dtype == torch.float64 else torch.float32)
+        assert torch.equal(probs.double(), want), (top_k, top_p, probs)
+
+
+@pytest.mark.parametrize("temperature", TINY_T)
+def test_tiny_temperature_splits_tied_maxima_evenly(temperature):
+    """The T -> 0 limit of softmax(l / T) is uniform over the tied maxima (greedy, T = 0, breaks the
+    tie by the lowest id instead); top-k = 1 keeps both ties."""
+    logits = torch.tensor([[5.0, 7.0, 7.0, -3.0]], dtype=torch.float16)
+    for top_k in (None, 1):
+        assert logits_to_probs(logits, temperature, top_k).tolist() == [[0.0, 0.5, 0.5, 0.0]]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_logits_give_the_fp32_law(dtype):
+    """fp16 / bf16 logits are processed exactly as their (exact) fp32 upcast, at every temperature,
+    top-k and top-p: the returned law is fp32 and sums to 1 within fp32 rounding."""
+    gen = torch.Generator().manual_seed(2)
+    logits = (torch.randn(6, 50, generator=gen) * 8).to(dtype)  # [6, V]
+    for t in (2.0, 1.0, 0.3, 1e-4, 1e-30, 0.0):
+        for top_k, top_p in ((None, None), (5, None), (None, 0.8), (7, 0.6)):
+            got = logits_to_probs(logits, t, top_k, top_p)
+            assert got.dtype == torch.float32
+            assert torch.equal(got, logits_to_probs(logits.float(), t, top_k, top_p))
+            assert torch.isfinite(got).all() and torch.allclose(got.sum(-1), torch.ones(6), atol=1e-5)
+
+
+def test_shift_before_scaling_keeps_ordinary_temperatures_unchanged():
+    """At ordinary temperatures the stable form is the textbook softmax(l / T) to rounding."""
+    gen = torch.Generator().manual_seed(3)
+    logits = torch.randn(4, 30, generator=gen, dtype=torch.float64) * 5
+    for t in (0.05, 0.7, 1.0, 3.0, 1e6):
+        assert torch.allclose(logits_to_probs(logits, t), torch.softmax(logits / t, -1), atol=1e-12, rtol=1e-9)

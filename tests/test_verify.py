@@ -1,10 +1,12 @@
-"""verify_chain: greedy equivalence, edge cases, random-number protocol, bad input."""
+"""verify_chain: greedy equivalence, edge cases, random-number protocol, precision, bad input."""
 
 import pytest
 import torch
 
 from specdec_lesson.sampling import logits_to_probs
 from specdec_lesson.verify import (
+    as_verify_law,
+    check_verify_inputs,
     draw_verify_randoms,
     race_sample,
     verify_chain,
@@ -152,3 +154,85 @@ def test_bad_input_raises_one_clear_value_error(mutate, match):
     dt = torch.randint(0, 5, (3, 2), generator=gen)
     with pytest.raises(ValueError, match=match):
         verify_chain(*mutate(tp, dp, dt), gen)
+
+
+# ------------------------------------------------------------------ batch 0 and precision
+
+
+def test_batch_zero_returns_empty_outputs():
+    """B = 0 is a valid batch: two empty int64 tensors, from the validated path and the core alike."""
+    V, K = 5, 3
+    tp, dp, dt = torch.zeros(0, K + 1, V), torch.zeros(0, K, V), torch.zeros(0, K, dtype=torch.long)
+    for n_acc, nxt in (verify_chain(tp, dp, dt, torch.Generator().manual_seed(0)),
+                       verify_chain_from_randoms(tp, dp, dt, *draw_verify_randoms(0, K, V))):
+        assert n_acc.shape == nxt.shape == (0,) and n_acc.dtype == nxt.dtype == torch.int64
+    with pytest.raises(ValueError, match="vocabulary"):
+        verify_chain(torch.zeros(0, K + 1, 0), torch.zeros(0, K, 0), dt)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_randoms_are_never_half_precision(dtype):
+    """Uniforms and exponentials come in fp32 (fp64 for fp64 laws) whatever the laws' dtype; the
+    stream for fp32 laws is the one the library always drew (same numbers as dtype=float32)."""
+    want = torch.float64 if dtype == torch.float64 else torch.float32
+    u, e = draw_verify_randoms(4, 3, 7, dtype=dtype, generator=torch.Generator().manual_seed(1))
+    assert u.dtype == e.dtype == want
+    ref = draw_verify_randoms(4, 3, 7, dtype=want, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(u, ref[0]) and torch.equal(e, ref[1])
+
+
+def test_half_precision_randoms_are_refused():
+    tp, dp = torch.full((1, 2, 4), 0.25), torch.full((1, 1, 4), 0.25)
+    dt = torch.zeros(1, 1, dtype=torch.long)
+    u, e = torch.rand(1, 1), torch.ones(1, 4)
+    for bad in ((u.bfloat16(), e), (u, e.half())):
+        with pytest.raises(ValueError, match="fp32 or fp64"):
+            verify_chain_from_randoms(tp, dp, dt, *bad)
+
+
+def _half_laws(gen, dtype, B, K, V):
+    """Softmax laws rounded to ``dtype`` (rows sum to 1 only up to that rounding)."""
+    tp = torch.softmax(torch.randn(B, K + 1, V, generator=gen) * 2, -1).to(dtype)  # [B, K+1, V]
+    dp = torch.softmax(torch.randn(B, K, V, generator=gen) * 2, -1).to(dtype)  # [B, K, V]
+    dt = torch.multinomial(dp.reshape(B * K, V).float(), 1, generator=gen).reshape(B, K)  # [B, K] drawn from dp
+    return tp, dp, dt
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_laws_verify_as_their_fp32_renormalisation(dtype):
+    """bf16 / fp16 laws are verified as exactly the fp32 laws p / sum p, q / sum q (the law
+    torch.multinomial samples q from) with the same fp32 random numbers: bit-equal outputs."""
+    gen = torch.Generator().manual_seed(8)
+    B, K, V = 2048, 4, 50
+    tp, dp, dt = _half_laws(gen, dtype, B, K, V)
+    tp32, dp32 = tp.float() / tp.float().sum(-1, keepdim=True), dp.float() / dp.float().sum(-1, keepdim=True)
+    assert torch.equal(as_verify_law(tp), tp32) and as_verify_law(tp).dtype == torch.float32
+    a = verify_chain(tp, dp, dt, torch.Generator().manual_seed(9))
+    b = verify_chain(tp32, dp32, dt, torch.Generator().manual_seed(9))
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    assert len(set(a[0].tolist())) == K + 1  # every acceptance length occurred
+
+
+def test_validation_tolerance_follows_the_dtype():
+    """Sharp bf16 softmax laws over 3 tokens sum to 1 only within bf16 rounding (here off by more
+    than the fp32 tolerance 1e-3): accepted for bf16.  A row summing to 1.1 is refused in every dtype."""
+    gen = torch.Generator().manual_seed(10)
+    B, K, V = 512, 2, 3
+    tp = torch.softmax(torch.randn(B, K + 1, V, generator=gen) * 4, -1).to(torch.bfloat16)  # [B, K+1, V]
+    dp = torch.softmax(torch.randn(B, K, V, generator=gen) * 4, -1).to(torch.bfloat16)  # [B, K, V]
+    dt = torch.zeros(B, K, dtype=torch.long)
+    assert float((tp.double().sum(-1) - 1).abs().max()) > 1e-3
+    check_verify_inputs(tp, dp, dt)
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        with pytest.raises(ValueError, match="sum to 1"):
+            check_verify_inputs(tp.to(dtype) * 1.1, dp.to(dtype), dt)
+
+
+def test_race_sample_computes_in_fp32():
+    """Two equal bf16 weights against the bf16 exponentials 1 - 2^-8 and 1 - 2^-7: in bf16 the
+    ratios w / E round to the same value (a tie the argmax gives to token 0), in fp32 the smaller
+    E, token 1, wins."""
+    w = torch.full((1, 2), 0.5, dtype=torch.bfloat16)
+    e = torch.tensor([[1 - 2**-8, 1 - 2**-7]], dtype=torch.bfloat16)
+    assert (w / e)[0, 0] == (w / e)[0, 1]
+    assert int(race_sample(w, e)[0]) == 1

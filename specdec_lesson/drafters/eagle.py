@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..sampling import SamplingConfig, sample_from_probs
+from ..sampling import SamplingConfig, as_float, sample_from_probs
 from .base import Drafter
 
 __all__ = ["EagleConfig", "EagleDraft", "EagleDrafter", "load_default_draft", "DEFAULT_DRAFT_DIR"]
@@ -204,11 +204,11 @@ class EagleDrafter(Drafter):
             self.g_last = torch.zeros(B, c["hidden"], device=dev, dtype=dt)
 
     def _law(self, g: torch.Tensor, sampling: SamplingConfig) -> tuple[torch.Tensor, torch.Tensor | None]:
-        sub = g @ self.head.T  # [B, N']
+        sub = as_float(g @ self.head.T)  # [B, N'] logits in fp32 (fp64 for an fp64 draft): q is a law to fp32 rounding
         if sampling.greedy:
             return self.d2t[sub.argmax(-1)], None  # one-hot q on the full-vocabulary argmax
         full = sub.new_full((g.shape[0], self.V), float("-inf")).index_copy_(1, self.d2t, sub)  # [B, V]
-        return None, sampling.probs(full)  # [B, V]; zero outside the subset
+        return None, sampling.probs(full)  # [B, V] fp32 / fp64; zero outside the subset
 
     @torch.inference_mode()
     def propose(self, k: int, sampling: SamplingConfig, generator: torch.Generator | None):

@@ -1,7 +1,9 @@
 """Torch references for the Triton kernels (and the library's own functions for these jobs).
 
 * chain verification: the reference is :func:`specdec_lesson.verify.verify_chain_from_randoms`
-  itself (re-exported here, not copied);
+  itself (re-exported here, not copied); it and the kernel's wrapper bring their inputs to fp32 /
+  fp64 with the same :func:`specdec_lesson.verify.prepare_verify_inputs` (half-precision laws
+  renormalised in fp32), so they agree bit for bit at every input precision;
 * :func:`tree_attention`: attention of the new tree tokens to the cached prefix plus the tree,
   under a boolean mask, by ``torch.nn.functional.scaled_dot_product_attention``;
 * :func:`build_tree_mask`: that mask from a (left-padded) prefix mask and a tree mask;

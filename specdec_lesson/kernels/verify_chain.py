@@ -27,8 +27,13 @@ weights, ratio) and launches a dozen kernels; the fused kernel reads each needed
 
 Bit exactness: every arithmetic step is the one torch does, in the same precision.  Division
 uses ``tl.math.div_rn`` (IEEE round-to-nearest; Triton's ``/`` on fp32 is an approximate
-division on NVIDIA GPUs).  For fp16/bf16 inputs each step is computed in fp32 and rounded back
-to the input dtype, which is what torch's elementwise kernels do.
+division on NVIDIA GPUs).
+
+Precision: the kernel computes in fp32 or fp64 only.  The wrapper passes its inputs through
+:func:`specdec_lesson.verify.prepare_verify_inputs`, as the reference does: bf16 / fp16 laws are
+upcast and renormalised in fp32 (one extra pass over the laws, for half-precision inputs only;
+the engine hands fp32 laws), and half-precision random numbers are refused (they would bias the
+accept test and tie in the race).
 """
 
 from __future__ import annotations
@@ -37,19 +42,11 @@ import torch
 import triton
 import triton.language as tl
 
-from specdec_lesson.verify import verify_chain_from_randoms
+from specdec_lesson.verify import prepare_verify_inputs, verify_chain_from_randoms
 
 __all__ = ["verify_chain_triton", "verify_chain_from_randoms"]
 
 _SUPPORTED = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
-
-
-@triton.jit
-def _round_to(x, DTYPE: tl.constexpr, LOWP: tl.constexpr):
-    # torch computes a half/bfloat16 elementwise op in fp32 and rounds the result to the dtype
-    if LOWP:
-        x = x.to(DTYPE).to(tl.float32)
-    return x
 
 
 @triton.jit
@@ -69,9 +66,8 @@ def _verify_chain_kernel(
     K, V, V_PER_SPLIT,
     stride_tb, stride_tk, stride_db, stride_dk, stride_xb, stride_ub, stride_eb,
     BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr, NUM_STAGES: tl.constexpr, SPLITS: tl.constexpr,
-    IS_F64: tl.constexpr, LOWP: tl.constexpr,
+    IS_F64: tl.constexpr,
 ):
-    DTYPE: tl.constexpr = target_ptr.dtype.element_ty
     CT: tl.constexpr = tl.float64 if IS_F64 else tl.float32  # compute type
     b = tl.program_id(0).to(tl.int64)
     t_row = target_ptr + b * stride_tb
@@ -85,7 +81,7 @@ def _verify_chain_kernel(
     p_x = tl.load(t_row + ks * stride_tk + x, mask=k_ok, other=0.0).to(CT)  # [BLOCK_K] p_i(x_i)
     q_x = tl.load(d_row + ks * stride_dk + x, mask=k_ok, other=0.0).to(CT)  # [BLOCK_K] q_i(x_i)
     u = tl.load(uniforms_ptr + b * stride_ub + ks, mask=k_ok, other=0.0).to(CT)  # [BLOCK_K]
-    accept = _round_to(u * q_x, DTYPE, LOWP) < p_x  # u < p/q without dividing
+    accept = u * q_x < p_x  # u < p/q without dividing
     n = tl.min(tl.where(k_ok & (accept == 0), ks, K), axis=0)  # scalar int32
 
     # 2. one pass over V: residual race, plain-p race, and "any residual > 0"
@@ -107,10 +103,10 @@ def _verify_chain_kernel(
         p = tl.load(p_base + o, mask=m, other=0.0).to(CT)  # [BLOCK_V]
         q = tl.load(q_base + o, mask=m & has_q, other=0.0).to(CT)  # [BLOCK_V]
         e = tl.load(e_base + o, mask=m, other=1.0).to(CT)  # [BLOCK_V]
-        r = tl.maximum(_round_to(p - q, DTYPE, LOWP), 0.0)  # max(0, p - q)
+        r = tl.maximum(p - q, 0.0)  # max(0, p - q)
         any_pos = tl.maximum(any_pos, tl.max((r > 0).to(tl.int32), axis=0))
-        s_r = tl.where(m, _round_to(_div(r, e, IS_F64), DTYPE, LOWP), -1.0)  # [BLOCK_V] residual race
-        s_p = tl.where(m, _round_to(_div(p, e, IS_F64), DTYPE, LOWP), -1.0)  # [BLOCK_V] fallback race
+        s_r = tl.where(m, _div(r, e, IS_F64), -1.0)  # [BLOCK_V] residual race
+        s_p = tl.where(m, _div(p, e, IS_F64), -1.0)  # [BLOCK_V] fallback race
         v_r, i_r = tl.max(s_r, axis=0, return_indices=True, return_indices_tie_break_left=True)
         v_p, i_p = tl.max(s_p, axis=0, return_indices=True, return_indices_tie_break_left=True)
         up_r = v_r > best_r  # strict: an equal value in a later chunk keeps the lower index
@@ -180,11 +176,12 @@ def _check(target_probs, draft_probs, draft_tokens, uniforms, exponentials) -> N
             raise ValueError(
                 f"{name} must have shape {shape} to match target_probs {tuple(target_probs.shape)}, got {tuple(t.shape)}"
             )
-    if target_probs.dtype not in _SUPPORTED:
-        raise ValueError(f"target_probs dtype must be one of {_SUPPORTED}, got {target_probs.dtype}")
-    for name, t in (("draft_probs", draft_probs), ("uniforms", uniforms), ("exponentials", exponentials)):
-        if t.dtype != target_probs.dtype:
-            raise ValueError(f"{name} must have the dtype of target_probs ({target_probs.dtype}), got {t.dtype}")
+    for name, t in (("target_probs", target_probs), ("draft_probs", draft_probs)):
+        if t.dtype not in _SUPPORTED:
+            raise ValueError(f"{name} dtype must be one of {_SUPPORTED}, got {t.dtype}")
+    for name, t in (("uniforms", uniforms), ("exponentials", exponentials)):
+        if t.dtype not in (torch.float32, torch.float64):
+            raise ValueError(f"{name} dtype must be fp32 or fp64 (draw them with draw_verify_randoms), got {t.dtype}")
     if draft_tokens.dtype not in (torch.int64, torch.int32):
         raise ValueError(f"draft_tokens must be an integer tensor, got dtype {draft_tokens.dtype}")
     devices = {t.device for t in (target_probs, draft_probs, draft_tokens, uniforms, exponentials)}
@@ -207,6 +204,11 @@ def verify_chain_triton(
     """Fused :func:`specdec_lesson.verify.verify_chain_from_randoms`: same arguments, same
     ``(num_accepted [B], next_token [B])`` (int64), bit for bit, in one launch of B programs.
 
+    The laws may be fp32, fp64, fp16 or bf16 and the random numbers fp32 or fp64 (dtypes may
+    differ): everything is brought to one precision by
+    :func:`specdec_lesson.verify.prepare_verify_inputs`, exactly as the reference does, and the
+    kernel computes in fp32 (fp64 if any input is fp64).  ``B = 0`` returns empty tensors.
+
     Draft tokens are trusted to lie in ``[0, V)`` (checking would cost a host sync; the engine
     produces them).  Rows are read along a unit-stride vocabulary axis (inputs are made
     contiguous in that axis if needed).  ``block_v``, ``num_warps``, ``num_stages`` are tuning
@@ -222,6 +224,10 @@ def verify_chain_triton(
     """
     _check(target_probs, draft_probs, draft_tokens, uniforms, exponentials)
     B, K1, V = target_probs.shape  # [B, K+1, V]
+    if B == 0:
+        empty = torch.empty(0, dtype=torch.int64, device=target_probs.device)
+        return empty, empty.clone()
+    target_probs, draft_probs, uniforms, exponentials = prepare_verify_inputs(target_probs, draft_probs, uniforms, exponentials)
     target_probs, draft_probs, exponentials = (
         t if t.stride(-1) == 1 else t.contiguous() for t in (target_probs, draft_probs, exponentials)
     )
@@ -261,7 +267,6 @@ def verify_chain_triton(
         target_probs.stride(0), target_probs.stride(1), draft_probs.stride(0), draft_probs.stride(1),
         draft_tokens.stride(0), uniforms.stride(0), exponentials.stride(0),
         BLOCK_K=triton.next_power_of_2(K1 - 1), BLOCK_V=block_v, NUM_STAGES=num_stages, SPLITS=splits_used,
-        IS_F64=target_probs.dtype == torch.float64,
-        LOWP=target_probs.dtype in (torch.float16, torch.bfloat16), num_warps=num_warps,
+        IS_F64=target_probs.dtype == torch.float64, num_warps=num_warps,
     )
     return num_accepted, next_token

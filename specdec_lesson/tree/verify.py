@@ -24,6 +24,10 @@ and notebook 04 measure the bias.  The walk is written once (:func:`walk_tree`) 
 either torch tensors and random numbers (:func:`verify_tree`) or exact ``Fraction`` laws whose
 every branch is enumerated (:func:`tree_outcome_law`), so the exact tests check the very code
 that samples.  Trees hold one sequence (batch size 1).
+
+Precision: as in chain verification (:mod:`specdec_lesson.verify`), the laws are upcast to fp32
+(fp64 when one is fp64; bf16 / fp16 laws renormalised in fp32) and the random numbers are drawn
+in that precision, whatever the laws' dtype.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from fractions import Fraction
 
 import torch
 
-from ..verify import race_sample
+from ..verify import HALF_DTYPES, as_verify_law, draw_verify_randoms, race_sample, verify_dtype
 
 __all__ = [
     "RULES", "TorchRules", "FractionRules", "walk_tree", "verify_tree", "verify_tree_from_randoms",
@@ -110,6 +114,21 @@ def walk_tree(tree, p_of: Callable, q_of: Callable, rule: str, rules, decide: Ca
             return path, r  # every child rejected: emit from the residual
 
 
+def _tree_dtype(tree, target_probs: torch.Tensor) -> torch.dtype:
+    return verify_dtype(target_probs.dtype, *(q.dtype for q in tree.draft_probs.values()))
+
+
+def _draft_laws(tree, dtype: torch.dtype) -> dict:
+    """``tree.draft_probs`` in the verification precision; half-precision laws of one dtype are
+    renormalised all at once (one stacked op instead of a few per node)."""
+    laws = tree.draft_probs
+    dtypes = {q.dtype for q in laws.values()}
+    if len(dtypes) == 1 and dtypes <= set(HALF_DTYPES):
+        keys = list(laws)
+        return dict(zip(keys, as_verify_law(torch.stack([laws[v] for v in keys]), dtype).unbind(0)))  # [M, V] rows
+    return {v: as_verify_law(q, dtype) for v, q in laws.items()}
+
+
 def verify_tree_from_randoms(
     tree, target_probs: torch.Tensor, uniforms: torch.Tensor, exponentials: torch.Tensor, rule: str | None = None,
     rules: TorchRules | None = None,
@@ -117,18 +136,26 @@ def verify_tree_from_randoms(
     """Deterministic core of :func:`verify_tree`: ``uniforms [N]`` (one per node, used when
     that node is tried as a child) and ``exponentials [V]`` (the emitted token's race).
 
-    ``target_probs [N, V]``: row v is the target's law after node v (node 0 = root)."""
+    ``target_probs [N, V]``: row v is the target's law after node v (node 0 = root).  The laws
+    (``target_probs`` and ``tree.draft_probs``) are used in fp32 / fp64
+    (:func:`specdec_lesson.verify.as_verify_law`)."""
     rule = tree.rule if rule is None else rule
     _check_rule(rule)
     if rule == "iid" and any(tree.children[v] and v not in tree.draft_probs for v in range(tree.size)):
         raise ValueError("the 'iid' rule needs tree.draft_probs for every node with children")
+    for name, t in (("uniforms", uniforms), ("exponentials", exponentials)):
+        if t.dtype not in (torch.float32, torch.float64):
+            raise ValueError(f"{name} must be fp32 or fp64 (half-precision random numbers are biased), got {t.dtype}")
+    dtype = _tree_dtype(tree, target_probs)
+    target_probs = as_verify_law(target_probs, dtype)  # [N, V]
     u = uniforms.tolist()
 
     def decide(c: int, num: float, den: float) -> bool:
         return u[c] * den < num
 
     rules = TorchRules() if rules is None else rules
-    path, law = walk_tree(tree, lambda v: target_probs[v], lambda v: tree.draft_probs[v], rule, rules, decide)
+    draft_laws = _draft_laws(tree, dtype) if rule == "iid" else {}
+    path, law = walk_tree(tree, lambda v: target_probs[v], lambda v: draft_laws[v], rule, rules, decide)
     return path, int(race_sample(law, exponentials))
 
 
@@ -142,15 +169,15 @@ def verify_tree(
     ``rule``: ``"iid"`` (siblings drawn i.i.d. from q: residual ``norm(max(0, r - q))`` after
     each rejected sibling) or ``"distinct"`` (deterministic children such as top-k: remove each
     rejected child from r and renormalise); default ``tree.rule``.  Randomness: one uniform per
-    node and one exponential race for the emitted token, all from ``generator``.  ``rules``
-    swaps the rule implementation (tests and notebook 04 use it to show a wrong update failing)."""
+    node and one exponential race for the emitted token, all from ``generator``, in fp32 (fp64
+    for fp64 laws) whatever the laws' dtype.  ``rules`` swaps the rule implementation (tests and
+    notebook 04 use it to show a wrong update failing)."""
     N, V = target_probs.shape
     if N != tree.size:
         raise ValueError(f"target_probs has {N} rows for a tree of {tree.size} nodes")
-    uniforms = torch.rand(N, dtype=target_probs.dtype, device=target_probs.device, generator=generator)  # [N]
-    expo = torch.empty(V, dtype=target_probs.dtype, device=target_probs.device).exponential_(generator=generator)  # [V]
-    expo.clamp_(min=torch.finfo(target_probs.dtype).tiny)
-    return verify_tree_from_randoms(tree, target_probs, uniforms, expo, rule, rules)
+    uniforms, expo = draw_verify_randoms(1, N, V, device=target_probs.device, dtype=_tree_dtype(tree, target_probs),
+                                         generator=generator)  # [1, N], [1, V]
+    return verify_tree_from_randoms(tree, target_probs, uniforms[0], expo[0], rule, rules)
 
 
 def verify_tree_greedy(tree, target_argmax: Sequence[int]) -> tuple[list[int], int]:
