@@ -6,18 +6,22 @@ Two storages are taught here:
 * contiguous (Hugging Face ``DynamicCache``): rollback is a crop of the tail;
 * paged (:class:`PagedKVCache`): fixed-size blocks, a block table per sequence and a free
   list; appending allocates blocks, rollback frees every block wholly past the new length
-  and keeps the accepted pages.  It is a ``transformers.Cache`` so it backs a real model.
+  and keeps the accepted pages.  It is a ``transformers.Cache`` so it backs a real model.  The
+  engines size its pool from the run (batch x (prompt + max_new_tokens + drafts per step)) and
+  allocate it up front; it grows if a ragged batch needs more.
 
 :class:`SlotCache` sits on top of either and handles ragged batches: every row shares the
 same slot layout, and a row that accepted fewer tokens than another keeps *holes* (slots
 marked invalid in a boolean map) that a 4D attention mask hides; each row has its own
-position counter.  After a crop of the slots no row sees a rejected token (DESIGN pitfalls 6, 7).
+position counter.  After a crop of the slots no row sees a rejected token (pitfalls 6 and 7 of docs/pitfalls.md).
 """
 
 from __future__ import annotations
 
 import torch
-from transformers.cache_utils import Cache, CacheLayerMixin, DynamicCache
+from transformers.cache_utils import Cache, DynamicCache
+
+from .paged import BlockTable, PagedKVCache, _PagedLayer, check_pool_fits
 
 __all__ = ["crop", "BlockTable", "PagedKVCache", "SlotCache"]
 
@@ -31,153 +35,23 @@ def crop(cache: Cache, keep: int) -> None:
         cache.crop(keep - length)  # transformers 5: a negative count removes that many
 
 
-class BlockTable:
-    """Block allocator shared by all layers: a free list and one block table per sequence."""
-
-    def __init__(self, num_blocks: int, block_size: int) -> None:
-        if num_blocks < 1 or block_size < 1:
-            raise ValueError(f"num_blocks and block_size must be >= 1, got {num_blocks}, {block_size}")
-        self.block_size = block_size
-        self.num_blocks = num_blocks
-        self.free: list[int] = list(range(num_blocks - 1, -1, -1))  # pop() hands out low ids first
-        self.tables: dict[int, list[int]] = {}
-        self.lengths: dict[int, int] = {}
-
-    def blocks_for(self, length: int) -> int:
-        return -(-length // self.block_size)
-
-    def reserve(self, seq: int, new_length: int) -> None:
-        """Make sequence ``seq`` hold ``new_length`` tokens, allocating blocks as needed."""
-        table = self.tables.get(seq, [])
-        need = self.blocks_for(new_length) - len(table)
-        if need > len(self.free):  # checked before registering seq: a failed call changes nothing
-            raise RuntimeError(f"paged KV cache out of blocks: need {need}, {len(self.free)} free of {self.num_blocks}")
-        self.tables[seq] = table
-        for _ in range(max(need, 0)):
-            table.append(self.free.pop())
-        self.lengths[seq] = max(self.lengths.get(seq, 0), new_length)
-
-    def truncate(self, seq: int, new_length: int) -> list[int]:
-        """Roll ``seq`` back to ``new_length`` tokens; frees (and returns) blocks wholly past it."""
-        length = self.lengths.get(seq, 0)
-        if not 0 <= new_length <= length:
-            raise ValueError(f"sequence {seq} holds {length} tokens, cannot roll back to {new_length}")
-        table = self.tables.get(seq, [])
-        keep = self.blocks_for(new_length)
-        freed = table[keep:]
-        del table[keep:]
-        self.free.extend(reversed(freed))
-        self.lengths[seq] = new_length
-        return freed
-
-    def release(self, seq: int) -> None:
-        self.truncate(seq, 0)
-        self.tables.pop(seq, None)
-        self.lengths.pop(seq, None)
-
-    def slot_index(self, seq: int, start: int, n: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-        """(block ids [n], offsets [n]) of token positions start..start+n-1 of ``seq``."""
-        pos = torch.arange(start, start + n)
-        table = torch.tensor(self.tables[seq], dtype=torch.long)
-        return table[pos // self.block_size].to(device), (pos % self.block_size).to(device)
-
-    def check(self) -> None:
-        """Invariants: every block is either free or in exactly one table, and tables fit their lengths."""
-        used = [b for t in self.tables.values() for b in t]
-        if len(set(used)) != len(used):
-            raise AssertionError("a block is shared by two sequences (or twice by one)")
-        if set(used) & set(self.free) or len(set(self.free)) != len(self.free):
-            raise AssertionError("the free list overlaps the tables or repeats a block")
-        if len(used) + len(self.free) != self.num_blocks:
-            raise AssertionError(f"blocks leaked: {len(used)} used + {len(self.free)} free != {self.num_blocks}")
-        for seq, t in self.tables.items():
-            if len(t) != self.blocks_for(self.lengths[seq]):
-                raise AssertionError(f"sequence {seq}: {len(t)} blocks for {self.lengths[seq]} tokens")
-
-
-class _PagedLayer(CacheLayerMixin):
-    """One layer's block pool ``[num_blocks, H_kv, block_size, D]``; the table is shared."""
-
-    is_croppable = True
-
-    def __init__(self, owner: PagedKVCache) -> None:
-        super().__init__()
-        self.owner = owner
-        self.length = 0
-
-    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        o = self.owner
-        shape = (o.table.num_blocks, key_states.shape[1], o.table.block_size, key_states.shape[-1])
-        self.keys = torch.zeros(shape, dtype=key_states.dtype, device=key_states.device)
-        self.values = torch.zeros(shape, dtype=value_states.dtype, device=value_states.device)
-        self.device = key_states.device
-        self.is_initialized = True
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-        B, _, n, _ = key_states.shape  # [B, H_kv, n, D]
-        o = self.owner
-        for b in range(B):
-            o.table.reserve(b, self.length + n)  # idempotent across layers
-            blk, off = o.table.slot_index(b, self.length, n, key_states.device)
-            self.keys[blk, :, off] = key_states[b].transpose(0, 1)  # [n, H_kv, D]
-            self.values[blk, :, off] = value_states[b].transpose(0, 1)
-        self.length += n
-        return self.gather(B)
-
-    def gather(self, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Every row's pages, in order, as contiguous ``[B, H_kv, length, D]``."""
-        tab = torch.tensor([self.owner.table.tables[b] for b in range(batch)], device=self.keys.device)  # [B, nblk]
-        H, bs, D = self.keys.shape[1:]
-
-        def _g(pool: torch.Tensor) -> torch.Tensor:
-            x = pool[tab]  # [B, nblk, H, bs, D]
-            return x.permute(0, 2, 1, 3, 4).reshape(batch, H, -1, D)[:, :, : self.length]
-
-        return _g(self.keys), _g(self.values)
-
-    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-        return self.length + query_length, 0
-
-    def get_seq_length(self) -> int:
-        return self.length
-
-    def get_max_length(self) -> int:
-        return -1
-
-    def crop(self, tokens_to_remove: int) -> None:
-        self.length -= abs(tokens_to_remove)
-
-
-class PagedKVCache(Cache):
-    """A paged KV cache usable as ``model(..., cache=PagedKVCache(...))``.
-
-    All rows of the batch share one slot count (ragged acceptance is handled by
-    :class:`SlotCache`'s holes), so rollback frees, per sequence, every block wholly past the
-    kept length, and the accepted pages stay where they are.
-    """
-
-    def __init__(self, num_layers: int, batch_size: int, block_size: int = 16, num_blocks: int = 4096) -> None:
-        self.table = BlockTable(num_blocks, block_size)
-        self.batch_size_ = batch_size
-        super().__init__(layers=[_PagedLayer(self) for _ in range(num_layers)])
-
-    @classmethod
-    def for_model(cls, model: torch.nn.Module, batch_size: int, block_size: int = 16, num_blocks: int = 4096) -> PagedKVCache:
-        return cls(model.config.get_text_config().num_hidden_layers, batch_size, block_size, num_blocks)
-
-    def crop(self, tokens_to_remove: int) -> None:
-        length = self.layers[0].length
-        keep = length - abs(tokens_to_remove)
-        for layer in self.layers:
-            layer.crop(tokens_to_remove)
-        for b in range(self.batch_size_):
-            if b in self.table.tables:
-                self.table.truncate(b, keep)
-
-    def blocks_in_use(self) -> int:
-        return sum(len(t) for t in self.table.tables.values())
+def _paged_for_run(model, batch: int, device, block_size: int, capacity: int | None, max_blocks: int | None) -> PagedKVCache:
+    if capacity is None:
+        return PagedKVCache.for_model(model, batch, block_size, max_blocks=max_blocks)
+    need = batch * -(-capacity // block_size)
+    if max_blocks is not None and need > max_blocks:
+        raise ValueError(f"paged KV cache too small for this run: {batch} rows x {capacity} tokens need {need} blocks of "
+                         f"{block_size}, max_blocks is {max_blocks}; raise max_blocks or lower the batch / max_new_tokens")
+    cfg = model.config.get_text_config()
+    kv_heads = getattr(cfg, "num_key_value_heads", None) or getattr(cfg, "num_attention_heads", None)
+    head_dim = getattr(cfg, "head_dim", None) or (cfg.hidden_size // cfg.num_attention_heads if kv_heads else None)
+    if not (kv_heads and head_dim):  # an unusual config: the pools are allocated (and grown) at the first write
+        return PagedKVCache.for_model(model, batch, block_size, need, max_blocks=max_blocks)
+    dtype = next(model.parameters()).dtype
+    check_pool_fits((need, kv_heads, block_size, head_dim), dtype, device, cfg.num_hidden_layers)  # before any list
+    cache = PagedKVCache.for_model(model, batch, block_size, need, max_blocks=max_blocks)
+    cache.allocate(kv_heads, head_dim, dtype, device)
+    return cache
 
 
 class SlotCache:
@@ -191,10 +65,15 @@ class SlotCache:
     """
 
     def __init__(self, model: torch.nn.Module, batch_size: int, device, *, paged: bool = False, block_size: int = 16,
-                 use_kernels: bool | None = None) -> None:
+                 use_kernels: bool | None = None, capacity: int | None = None, max_blocks: int | None = None) -> None:
+        """``capacity``: tokens per row the run will hold (prompt + max_new_tokens + one step's drafts); a paged
+        pool is then sized and allocated for it up front (it still grows if a ragged batch's shared slot
+        layout runs past it), and a run whose pool cannot be allocated, or exceeds ``max_blocks``, fails here."""
         self.model = model
         self.use_kernels = use_kernels  # compaction by the Triton kernel: None = when CUDA and triton are there
-        self.cache: Cache = PagedKVCache.for_model(model, batch_size, block_size) if paged else DynamicCache()
+        self.cache: Cache = DynamicCache()
+        if paged:
+            self.cache = _paged_for_run(model, batch_size, device, block_size, capacity, max_blocks)
         self.valid = torch.zeros(batch_size, 0, dtype=torch.bool, device=device)  # [B, S]
         self.lengths = torch.zeros(batch_size, dtype=torch.long, device=device)  # [B] next position per row
         self.holes = False  # host-side: does any row have an invalid slot?

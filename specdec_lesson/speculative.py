@@ -2,7 +2,8 @@
 
 One speculative step, for every row of the batch at once:
 
-1. the drafter proposes K tokens ``d_1..d_K`` and their laws q;
+1. the drafter proposes K tokens ``d_1..d_K`` and their laws q, never more than the token budget
+   can use (``Drafter.propose_within``: K <= r - 1 for the row with the most tokens r left);
 2. ONE target forward over ``[pending, d_1..d_K]`` (K+1 positions) gives p;
 3. ``verify_chain`` accepts a prefix of n drafts and draws the next token (residual or bonus);
 4. both caches roll back to the accepted prefix (per row: ragged batches keep holes that the
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import torch
 
+from .block_verify import VERIFY_RULES, verify_block_from_randoms
 from .drafters import Drafter, ModelDrafter
 from .generation import Clock, Outputs, check_run, eos_of, prepare_inputs
 from .kvcache import SlotCache
@@ -43,7 +45,7 @@ def autoregressive_generate(
     clock, stats = Clock(device), SpecStats(k=0)
     out = Outputs(B, max_new_tokens, eos_of(target, eos_token_id))
     t0 = clock()
-    state = SlotCache(target, B, device, paged=paged)
+    state = SlotCache(target, B, device, paged=paged, capacity=L + max_new_tokens)
     if L > 1:
         state.forward(ids[:, :-1], mask[:, :-1], has_holes=not bool(mask.all()), logits_to_keep=1)
         stats.target_forwards += 1
@@ -80,19 +82,24 @@ def _use_kernels(flag: bool | None, device: torch.device) -> bool:
 def speculative_generate(
     target: torch.nn.Module, draft, input_ids, max_new_tokens: int, k: int = 4, temperature: float = 0.0,
     top_k: int | None = None, top_p: float | None = None, generator: torch.Generator | None = None, *,
-    eos_token_id=None, attention_mask=None, paged: bool = False, use_kernels: bool | None = None,
+    eos_token_id=None, attention_mask=None, paged: bool = False, use_kernels: bool | None = None, verify: str = "token",
 ) -> tuple[list[torch.Tensor], SpecStats]:
     """Speculative decoding (chain of ``k`` drafts per step), exact in distribution.
 
     ``draft`` is a Hugging Face causal LM sharing the target's vocabulary, or a
     :class:`~specdec_lesson.drafters.Drafter` (e.g. ``PromptLookupDrafter()``).  Returns per-row
-    new tokens (EOS kept, nothing after it) and a :class:`SpecStats`."""
+    new tokens (EOS kept, nothing after it) and a :class:`SpecStats`.
+
+    ``verify``: ``"token"`` (Leviathan's token-level rule, default; ``use_kernels`` may fuse it) or
+    ``"block"`` (block verification, Sun et al. 2024, :mod:`specdec_lesson.block_verify`): also
+    exact, the same random numbers, never fewer accepted drafts in expectation (torch only)."""
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be an integer >= 1, got {k!r}")
+    if verify not in VERIFY_RULES:
+        raise ValueError(f"verify must be one of {VERIFY_RULES}, got {verify!r}")
     sampling = SamplingConfig(temperature, top_k, top_p)
     device = next(target.parameters()).device
     ids, mask = prepare_inputs(input_ids, attention_mask, device)
-    check_run(target, ids, max_new_tokens, k)
     if isinstance(draft, Drafter):
         drafter = draft
     elif isinstance(draft, torch.nn.Module):
@@ -100,7 +107,9 @@ def speculative_generate(
         drafter = ModelDrafter(draft, paged=paged)
     else:
         raise ValueError(f"draft must be a causal LM or a Drafter, got {type(draft).__name__}")
-    kernels = _use_kernels(use_kernels, device)
+    k_max = drafter.max_proposal(k)  # the longest proposal one step may make (HybridDrafter: lookup_k)
+    check_run(target, ids, max_new_tokens, k_max)
+    kernels = verify == "token" and _use_kernels(use_kernels, device)  # the fused kernel is the token rule
     need_hidden = drafter.needs_target_hidden
     B, L = ids.shape
     V = target.get_output_embeddings().weight.shape[0]
@@ -108,7 +117,7 @@ def speculative_generate(
     out = Outputs(B, max_new_tokens, eos_of(target, eos_token_id))
     draft_forwards0 = drafter.forwards
     t0 = clock()
-    state = SlotCache(target, B, device, paged=paged)
+    state = SlotCache(target, B, device, paged=paged, capacity=L + max_new_tokens + k_max)
     hidden = None
     if L > 1:
         _, hidden = state.forward(ids[:, :-1], mask[:, :-1], has_holes=not bool(mask.all()), output_hidden=need_hidden,
@@ -119,8 +128,11 @@ def speculative_generate(
     stats.time_prefill = clock() - t0
     while not out.all_done:
         t1 = clock()
-        draft_tokens, draft_probs = drafter.propose(max(1, min(k, out.max_remaining() - 1)), sampling, generator)
+        limit = max(1, out.max_remaining() - 1)  # a row with r tokens left emits at most r - 1 accepted drafts
+        draft_tokens, draft_probs = drafter.propose_within(k, limit, sampling, generator)
         K = draft_tokens.shape[1]  # [B, K]
+        if K > limit:
+            raise RuntimeError(f"{type(drafter).__name__} proposed {K} drafts, more than the {limit} this step allows")
         t2 = clock()
         since = state.num_slots
         logits, hidden = state.forward(torch.cat([pending, draft_tokens], 1), output_hidden=need_hidden)  # [B, K+1, V]
@@ -134,8 +146,11 @@ def speculative_generate(
             if draft_probs is None:  # deterministic drafter: q is one-hot
                 draft_probs = torch.nn.functional.one_hot(draft_tokens, V).to(target_probs.dtype)  # [B, K, V]
             uni, expo = draw_verify_randoms(B, K, V, device=device, dtype=target_probs.dtype, generator=generator)
-            verify = _triton_verify if kernels else verify_chain_from_randoms
-            num_accepted, next_token = verify(target_probs, draft_probs.to(target_probs.dtype), draft_tokens, uni, expo)
+            if verify == "block":
+                verify_fn = verify_block_from_randoms
+            else:
+                verify_fn = _triton_verify if kernels else verify_chain_from_randoms
+            num_accepted, next_token = verify_fn(target_probs, draft_probs.to(target_probs.dtype), draft_tokens, uni, expo)
         host = torch.cat([num_accepted[:, None], next_token[:, None], draft_tokens], 1).tolist()  # one sync per step
         t3 = clock()
         active = [not d for d in out.done]

@@ -11,16 +11,26 @@ import torch
 
 __all__ = [
     "SpecStats", "tv_distance", "empirical_law", "chi_square_test", "chi2_sf", "chi2_isf", "noncentral_chi2_sf",
-    "chi_square_power", "noncentrality", "min_noncentrality",
+    "chi_square_power", "noncentrality", "min_noncentrality", "truncated_geometric", "acceptance_independence",
 ]
 
 
 @dataclass
 class SpecStats:
-    """Counters of one generation call.
+    """Counters of one generation call, per (row, step) pair of the rows still active.
 
-    accept_hist[n] counts (row, step) pairs in which exactly n of the K drafts were accepted.
-    alpha = accepted drafts / proposed drafts; tau = tokens emitted per row per target forward.
+    * ``accepted``: drafts EMITTED as accepted (a draft accepted by verification but cut by EOS or
+      the token budget is not counted); ``accept_hist[n]``: pairs that emitted n accepted drafts;
+    * ``rejections``: pairs whose chain ended in an emitted rejection (n < K' accepted, then the
+      residual token); a pair that accepted all K' drafts, or was cut before its rejection, has none;
+    * ``alpha`` = accepted / (accepted + rejections): Leviathan's per-token acceptance probability
+      (the maximum-likelihood estimate under i.i.d. acceptance, each emitted draft a success, each
+      emitted rejection a failure); ``utilisation`` = accepted / proposed drafts (lower: a chain stops
+      at its first rejection, and the drafts after it are never used);
+    * ``verify_hist[K'][n]``: raw verification outcomes (n of K' accepted, before any cut) by proposal
+      length K': the sample of :func:`acceptance_independence`;
+    * ``tau`` = tokens emitted per row per target forward (per verify step).
+
     Times are wall-clock seconds (the engine synchronises CUDA before reading the clock).
     """
 
@@ -28,10 +38,12 @@ class SpecStats:
     accept_hist: list[int] = field(default_factory=list)
     proposed: int = 0
     accepted: int = 0
+    rejections: int = 0
     emitted: int = 0
     row_steps: int = 0
     target_forwards: int = 0
     draft_forwards: int = 0
+    verify_hist: dict[int, list[int]] = field(default_factory=dict)
     time_draft: float = 0.0
     time_verify: float = 0.0
     time_other: float = 0.0
@@ -43,6 +55,13 @@ class SpecStats:
 
     @property
     def alpha(self) -> float:
+        """Per-token acceptance: accepted / (accepted + rejections) (nan when nothing was observed)."""
+        trials = self.accepted + self.rejections
+        return self.accepted / trials if trials else float("nan")
+
+    @property
+    def utilisation(self) -> float:
+        """Accepted / proposed drafts (nan when nothing was proposed)."""
         return self.accepted / self.proposed if self.proposed else float("nan")
 
     @property
@@ -53,32 +72,88 @@ class SpecStats:
     def time_total(self) -> float:
         return self.time_prefill + self.time_draft + self.time_verify + self.time_other
 
-    def record(self, num_accepted, emitted, active, k_step: int | None = None) -> None:
-        """Add one step: per row ``num_accepted``, tokens ``emitted`` (after EOS / length cuts)
-        and whether the row was ``active``; host lists, or tensors (one transfer for all three).
-        ``k_step`` is the number of drafts proposed per row in this step (default ``k``)."""
+    def record(self, num_accepted, emitted, active, k_step: int | None = None, rejected=None) -> None:
+        """Add one step: per row ``num_accepted`` (verification's n), tokens ``emitted`` (after EOS /
+        length cuts: the first min(n, emitted) of them are accepted drafts) and whether the row was
+        ``active``; host lists, or tensors (one transfer for all three).  ``k_step`` is the number of
+        drafts proposed per row in this step (default ``k``); ``rejected[b]`` whether row b's
+        verification ended in a rejection (default n < k_step; a tree passes it: a path may end at a leaf)."""
         if isinstance(num_accepted, torch.Tensor):
             stacked = torch.stack([num_accepted.long(), emitted.long(), active.long()]).cpu()  # [3, B]
             num_accepted, emitted, active = stacked.tolist()
         k_step = self.k if k_step is None else k_step
-        for n, e, a in zip(num_accepted, emitted, active):
+        if rejected is None:
+            rejected = [n < k_step for n in num_accepted]
+        for n, e, a, rej in zip(num_accepted, emitted, active, rejected):
             if not a:
                 continue
-            if n >= len(self.accept_hist):  # a drafter may propose more than k (hybrid.HybridDrafter's lookup)
-                self.accept_hist.extend([0] * (n + 1 - len(self.accept_hist)))
-            self.accept_hist[n] += 1
-            self.accepted += n
+            used = min(n, e)  # drafts emitted as accepted
+            if used >= len(self.accept_hist):  # a drafter may propose more than k (hybrid.HybridDrafter's lookup)
+                self.accept_hist.extend([0] * (used + 1 - len(self.accept_hist)))
+            self.accept_hist[used] += 1
+            self.accepted += used
+            self.rejections += int(bool(rej) and e > n)  # the residual token after the rejection was emitted
             self.proposed += k_step
             self.emitted += e
             self.row_steps += 1
+            if k_step > 0:
+                self.verify_hist.setdefault(k_step, [0] * (k_step + 1))[min(n, k_step)] += 1
 
     def summary(self) -> dict:
         return {
-            "k": self.k, "alpha": self.alpha, "tau": self.tau, "accept_hist": list(self.accept_hist),
+            "k": self.k, "alpha": self.alpha, "utilisation": self.utilisation, "tau": self.tau,
+            "accept_hist": list(self.accept_hist), "accepted": self.accepted, "rejections": self.rejections,
+            "proposed": self.proposed, "row_steps": self.row_steps,
+            "verify_hist": {k: list(h) for k, h in sorted(self.verify_hist.items())},
             "target_forwards": self.target_forwards, "draft_forwards": self.draft_forwards,
             "emitted": self.emitted, "time_prefill": self.time_prefill, "time_draft": self.time_draft,
             "time_verify": self.time_verify, "time_other": self.time_other, "time_total": self.time_total,
         }
+
+
+def truncated_geometric(alpha: float, k: int) -> list[float]:
+    """Law of the accepted length n in 0..k when each of k drafts is accepted independently with
+    probability ``alpha`` until the first rejection: alpha^n (1 - alpha) for n < k, alpha^k for n = k."""
+    if not 0.0 <= alpha <= 1.0 or k < 0:
+        raise ValueError(f"need 0 <= alpha <= 1 and k >= 0, got {alpha!r}, {k!r}")
+    return [alpha**n * (1 - alpha) for n in range(k)] + [alpha**k]
+
+
+def acceptance_independence(hists, alpha: float | None = None, min_expected: float = 5.0) -> dict:
+    """Does i.i.d. acceptance explain the measured accepted lengths?  Compares the histograms of
+    verification outcomes ``{K': [count of n = 0..K']}`` (a :class:`SpecStats` gives its
+    ``verify_hist``) with the truncated geometric law of the same ``alpha`` (default: its maximum-
+    likelihood estimate from these histograms, sum n / (sum n + steps with n < K'), which costs one
+    degree of freedom).  Pearson chi-square per K' (cells of expected count < ``min_expected``
+    pooled), statistics and degrees of freedom summed over K'.  Returns ``{"alpha", "steps",
+    "observed", "expected" ({(K', n): count}), "tv" (between the observed and expected joint laws),
+    "statistic", "dof", "p_value"}``; a small p-value says acceptances are NOT independent (e.g. a
+    draft that is right tends to stay right, so long accepted runs are more common than alpha^n says)."""
+    hists = getattr(hists, "verify_hist", hists)
+    hists = {int(k): list(h) for k, h in dict(hists).items() if int(k) > 0 and sum(h) > 0}
+    if not hists:
+        raise ValueError("no verification outcomes: pass the SpecStats (or verify_hist) of a speculative run")
+    estimated = alpha is None
+    if estimated:
+        acc = sum(n * c for h in hists.values() for n, c in enumerate(h))
+        rej = sum(c for k, h in hists.items() for n, c in enumerate(h) if n < k)
+        alpha = acc / (acc + rej) if acc + rej else 1.0
+    steps = sum(sum(h) for h in hists.values())
+    observed = {(k, n): c for k, h in hists.items() for n, c in enumerate(h)}
+    expected = {(k, n): sum(h) * pn for k, h in hists.items() for n, pn in enumerate(truncated_geometric(alpha, k))}
+    stat, dof = 0.0, 0
+    for k, h in hists.items():
+        law = {n: pn for n, pn in enumerate(truncated_geometric(alpha, k)) if pn > 0}
+        try:
+            s_k, d_k, _ = chi_square_test(dict(enumerate(h)), law, min_expected)
+        except ValueError:  # fewer than two cells with enough expected counts: this K' adds nothing
+            continue
+        stat, dof = stat + s_k, dof + d_k
+    dof -= int(estimated)
+    p_value = float("nan") if dof < 1 else 0.0 if math.isinf(stat) else chi2_sf(stat, dof)
+    tv = 0.5 * sum(abs(observed[c] - expected[c]) for c in observed) / steps
+    return {"alpha": alpha, "steps": steps, "observed": observed, "expected": expected, "tv": tv, "statistic": stat,
+            "dof": dof, "p_value": p_value}
 
 
 def tv_distance(p: Mapping | torch.Tensor | Iterable, q: Mapping | torch.Tensor | Iterable) -> float:

@@ -90,3 +90,53 @@ def test_stats_take_more_drafts_than_k():
     s = SpecStats(k=2)
     s.record([5, 1], [6, 2], [True, True], k_step=8)
     assert s.accept_hist == [0, 1, 0, 0, 0, 1] and s.proposed == 16 and s.accepted == 6
+
+
+class _Widths(HybridDrafter):
+    """Records each proposal's width K' (whichever entry point the engine calls) and the most drafts the token
+    budget could use at that step (r - 1 for the row with the most tokens r left, replayed from the commits)."""
+
+    def begin(self, prompt_ids, prompt_mask, target_hidden):
+        super().begin(prompt_ids, prompt_mask, target_hidden)
+        self.left, self.widths, self.usable = [self.max_new] * prompt_ids.shape[0], [], []
+
+    def _log(self, out):
+        self.widths.append(out[0].shape[1])
+        self.usable.append(max(1, max(self.left) - 1))
+        return out
+
+    def propose(self, k, sampling, generator):
+        return self._log(HybridDrafter.propose(self, k, sampling, generator))
+
+    def propose_within(self, k, limit, sampling, generator):
+        return self._log(HybridDrafter.propose_within(self, k, limit, sampling, generator))
+
+    def commit(self, num_accepted, next_token, target_hidden):
+        self.left = [r - min(n + 1, r) for r, n in zip(self.left, num_accepted.tolist())]
+        super().commit(num_accepted, next_token, target_hidden)
+
+
+@pytest.mark.parametrize("max_new", [2, 3, 6])
+def test_hybrid_never_proposes_past_the_token_budget(max_new):
+    """k = 2, lookup_k = 4 on periodic prompts (every row takes the lookup): a row with r tokens left can emit at
+    most r - 1 accepted drafts, so no step may propose more.  With max_new_tokens = 3 the hybrid used to propose 4
+    drafts in its first step (2 usable), wasting target work and inflating ``proposed``."""
+    target = tiny_llama(vocab_size=64, seed=0)
+    prompt = [3, 9, 27, 5, 11] * 3 + [3, 9]  # period 5: the lookup's continuations are up to 5 tokens long
+    drafter = _Widths(_eagle(target, n_sub=40), lookup_k=4, min_tokens=1)
+    drafter.max_new = max_new
+    out, stats = speculative_generate(target, drafter, [prompt, prompt[3:]], max_new, k=2)
+    assert [len(r) for r in out] == [max_new, max_new]
+    assert all(w <= u for w, u in zip(drafter.widths, drafter.usable)), (drafter.widths, drafter.usable)
+    assert stats.proposed == 2 * sum(drafter.widths) and drafter.lookup_steps > 0
+    assert drafter.widths[0] == min(4, max(1, max_new - 1))  # lookup_k still applies within the budget
+
+
+def test_context_check_covers_the_longest_proposal():
+    """prompt 500 + max_new_tokens 6 + k 2 fits a context of 512, but an all-lookup step may propose lookup_k = 8."""
+    target = tiny_llama(vocab_size=64, seed=0)
+    prompt = [[1, 2, 3, 4] * 125]
+    with pytest.raises(ValueError, match=r"drafts per step \(8\) exceeds the model's context of 512"):
+        speculative_generate(target, HybridDrafter(_eagle(target), lookup_k=8), prompt, 6, k=2)
+    assert HybridDrafter(_eagle(target), lookup_k=8).max_proposal(2) == 8
+    assert HybridDrafter(_eagle(target)).max_proposal(3) == 3 and _eagle(target).max_proposal(3) == 3

@@ -103,13 +103,15 @@ def test_block_table_failed_reserve_of_new_sequence_keeps_invariants():
     assert table.free == []
 
 
-def test_paged_cache_random_update_and_crop_match_dynamic_cache():
+@pytest.mark.parametrize("num_blocks", [3 * 12, 2], ids=["large-pool", "growing-pool"])
+def test_paged_cache_random_update_and_crop_match_dynamic_cache(num_blocks):
     """PagedKVCache through the transformers Cache API against a DynamicCache: 300 random
     appends (1-5 slots) and crops on 3 rows x 2 layers, block pools shared by all rows; the
-    free blocks of every layer are poisoned with NaN after each operation."""
+    free blocks of every layer are poisoned with NaN after each operation.  A pool of 2 blocks
+    grows (every layer's pool with the table) instead of running out."""
     rng, gen = random.Random(1), torch.Generator().manual_seed(1)
     B, H, D, L, bs = 3, 2, 4, 2, 4
-    paged, ref = PagedKVCache(L, B, block_size=bs, num_blocks=3 * 12), DynamicCache()
+    paged, ref = PagedKVCache(L, B, block_size=bs, num_blocks=num_blocks), DynamicCache()
     for _ in range(300):
         length = ref.get_seq_length()
         if rng.random() < 0.6 and length < 40:
@@ -135,6 +137,35 @@ def test_paged_cache_random_update_and_crop_match_dynamic_cache():
             for layer in range(L):
                 got_k, got_v = paged.layers[layer].gather(B)  # [B, H, len, D]
                 assert torch.equal(got_k, ref.layers[layer].keys) and torch.equal(got_v, ref.layers[layer].values)
+    assert all(layer.keys.shape[0] == paged.table.num_blocks for layer in paged.layers)
+    assert paged.table.num_blocks >= 3 * 10  # 3 rows reached 40 slots = 10 blocks each
+
+
+def test_paged_pool_limit_and_run_sizing(models):
+    """max_blocks caps the growth (one clear error); SlotCache sizes and allocates the pool of a run up front, and a
+    run that exceeds max_blocks, or whose pool cannot be allocated at all, fails before any forward."""
+    cache = PagedKVCache(1, 2, block_size=4, num_blocks=2, max_blocks=3)
+    k = torch.zeros(2, 1, 5, 2, dtype=torch.float64)  # [B, H, 5, D]: 2 blocks per row, 4 in all
+    with pytest.raises(RuntimeError, match="out of blocks.*max_blocks=3"):
+        cache.update(k, k, 0)
+    with pytest.raises(ValueError, match="max_blocks"):
+        PagedKVCache(1, 2, num_blocks=8, max_blocks=4)
+    state = SlotCache(models["target"], 3, "cpu", paged=True, capacity=40)  # 3 blocks of 16 per row
+    assert state.cache.table.num_blocks == 9 and all(layer.keys.shape[0] == 9 for layer in state.cache.layers)
+    with pytest.raises(ValueError, match="too small for this run: 3 rows x 40 tokens need 9 blocks"):
+        SlotCache(models["target"], 3, "cpu", paged=True, capacity=40, max_blocks=8)
+    with pytest.raises(RuntimeError, match="paged KV cache: cannot allocate .* GiB"):  # ~2^61 bytes: no address space
+        SlotCache(models["target"], 1, "cpu", paged=True, capacity=2**56)
+
+
+def test_paged_engine_runs_past_the_old_fixed_pool():
+    """220 rows x 300 prompt tokens need 220 x 20 = 4400 blocks of 16 (+ the draft's), more than the fixed pool of
+    4096 the engine used to take: the run used to fail mid-way with "out of blocks".  Now it equals the contiguous run."""
+    model = tiny_llama(vocab_size=16, hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, dtype=torch.float32)
+    prompts = [[1, 2, 3] * 100] * 220
+    paged, _ = speculative_generate(model, model, prompts, 4, k=2, paged=True)
+    contiguous, _ = speculative_generate(model, model, prompts, 4, k=2)
+    assert all(torch.equal(a, b) for a, b in zip(paged, contiguous)) and all(len(r) == 4 for r in paged)
 
 
 def test_paged_rollback_keeps_accepted_pages_in_place():

@@ -100,7 +100,7 @@ def test_sampled_law_matches_target(temperature, top_p):
     V = 8, so 64 outcomes; N = 6000 samples (12 batches of 500 independent rows); Pearson
     chi-square with cells of expected count < 5 pooled; the test fails when p < 1e-3.
     Power: the same test, applied to a drafter that drafts greedily while reporting its
-    softmax law (DESIGN pitfall 1), rejects (asserted below), so it detects a distortion of
+    softmax law (pitfall 1), rejects (asserted below), so it detects a distortion of
     that size; at N = 6000 a chi-square on <= 63 dof at alpha = 1e-3 has power > 0.99 against
     TV distortions >= 0.05 (non-central chi-square approximation, lambda = N * sum (p-p')^2/p).
     """
@@ -167,3 +167,56 @@ def test_stats_are_consistent(pair):
     _, one = speculative_generate(target, draft, PROMPTS[:1], 20, k=4)
     assert one.target_forwards == 1 + one.row_steps  # prefill + one verify forward per step
     assert one.draft_forwards == 1 + one.proposed  # draft prefill + one forward per proposed draft
+
+
+def test_input_errors_name_the_problem(pair):
+    """A mask of another shape (same numel: used to be silently reshaped; other numel: torch's reshape error), mask
+    values other than 0 / 1, and float / bool token ids in a list (used to be truncated to integers) are each one
+    ValueError that names the problem and the fix."""
+    target, draft = pair
+    ids = torch.tensor([[1, 2, 3], [4, 5, 6]])
+    for bad in (torch.ones(3, 2), torch.ones(2, 4), torch.ones(6)):
+        with pytest.raises(ValueError, match=r"attention_mask has shape .* but input_ids has shape \(2, 3\): give one entry"):
+            prepare_inputs(ids, bad)
+    with pytest.raises(ValueError, match="only 0 / 1"):
+        prepare_inputs(ids, torch.tensor([[0, 1, 2], [1, 1, 1]]))
+    one, mask = prepare_inputs(torch.tensor([7, 8, 9]), torch.tensor([0, 1, 1]))  # a 1-D prompt takes a 1-D mask
+    assert one.tolist() == [[7, 8, 9]] and mask.tolist() == [[False, True, True]]
+    for bad, where in (([[1, 2.5, 3]], "row 0, position 1 holds 2.5"), ([[4, 5], [1.0, 2.0]], "row 1, position 0 holds 1.0"),
+                       ([[1, True]], "row 0, position 1 holds True"), ([[1, "2"]], "row 0, position 1 holds '2'")):
+        with pytest.raises(ValueError, match=f"integer token ids; {where}.*pass lists of ints or a LongTensor"):
+            prepare_inputs(bad)
+    with pytest.raises(ValueError, match="integer token ids"):
+        speculative_generate(target, draft, [[1.0, 2.7, 3.0]], 3)
+    with pytest.raises(ValueError, match="list of token-id lists"):
+        prepare_inputs([[1, 2], 3])
+    flat, _ = prepare_inputs([5, 6, 7])  # a flat list of ids is one prompt, like a 1-D tensor
+    assert flat.tolist() == [[5, 6, 7]]
+    assert prepare_inputs([[1, torch.tensor(2)], [3]])[0].tolist() == [[1, 2], [0, 3]]  # integer scalars are fine
+    assert prepare_inputs([torch.tensor([4, 5]), (6,)])[0].tolist() == [[4, 5], [0, 6]]  # rows as tensors / tuples
+
+
+def test_stats_count_only_drafts_emitted_before_eos(pair):
+    """The target as its own greedy draft accepts all K = 5 drafts; EOS is the 3rd draft, so 2 accepted drafts (and
+    the bonus) are cut.  Only the 3 emitted drafts count (they used to count 5), no rejection was observed, so the
+    per-token alpha is 1 while utilisation (accepted / proposed) is 3/5; the raw outcome stays in verify_hist."""
+    target, _ = pair
+    ref, _ = autoregressive_generate(target, [PROMPTS[1]], 8)
+    eos = int(ref[0][2])
+    assert eos not in ref[0][:2].tolist()
+    out, stats = speculative_generate(target, target, [PROMPTS[1]], 8, k=5, eos_token_id=eos)
+    assert out[0].tolist() == ref[0][:3].tolist()
+    assert stats.accepted == 3 and stats.rejections == 0 and stats.proposed == 5 and stats.accept_hist == [0, 0, 0, 1, 0, 0]
+    assert stats.alpha == 1.0 and stats.utilisation == pytest.approx(3 / 5) and stats.verify_hist == {5: [0, 0, 0, 0, 0, 1]}
+
+
+def test_engine_refuses_a_proposal_past_the_budget(pair):
+    """The engine checks the Drafter contract: a proposal longer than the budget allows is a RuntimeError."""
+    target, _ = pair
+
+    class TooLong(PromptLookupDrafter):
+        def propose(self, k, sampling, generator):
+            return torch.ones(len(self.history), k + 3, dtype=torch.long), None
+
+    with pytest.raises(RuntimeError, match="proposed 5 drafts, more than the 2 this step allows"):
+        speculative_generate(target, TooLong(), [PROMPTS[0]], 3, k=2)

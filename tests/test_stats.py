@@ -7,6 +7,7 @@ import torch
 
 from specdec_lesson.stats import (
     SpecStats,
+    acceptance_independence,
     chi2_isf,
     chi2_sf,
     chi_square_power,
@@ -15,6 +16,7 @@ from specdec_lesson.stats import (
     min_noncentrality,
     noncentral_chi2_sf,
     noncentrality,
+    truncated_geometric,
     tv_distance,
 )
 
@@ -92,6 +94,71 @@ def test_spec_stats_counters():
     s = SpecStats(k=3)
     s.record(torch.tensor([3, 0, 1]), torch.tensor([4, 1, 2]), torch.tensor([1, 1, 0]))
     assert s.accept_hist == [1, 0, 0, 1]
-    assert s.alpha == pytest.approx(3 / 6) and s.tau == pytest.approx(5 / 2)
-    assert math.isnan(SpecStats(k=2).alpha)
-    assert s.summary()["accept_hist"] == [1, 0, 0, 1]
+    # row 0: all 3 accepted (no rejection); row 1: rejected at once; row 2 inactive
+    assert s.rejections == 1 and s.alpha == pytest.approx(3 / 4) and s.utilisation == pytest.approx(3 / 6)
+    assert s.tau == pytest.approx(5 / 2)
+    assert math.isnan(SpecStats(k=2).alpha) and math.isnan(SpecStats(k=2).utilisation)
+    summary = s.summary()
+    assert summary["accept_hist"] == [1, 0, 0, 1] and summary["alpha"] == s.alpha and summary["utilisation"] == 0.5
+    assert summary["verify_hist"] == {3: [1, 0, 0, 1]} and summary["rejections"] == 1
+
+
+def test_spec_stats_count_only_emitted_drafts():
+    """A draft accepted by verification but cut by EOS / the token budget is neither accepted nor a trial:
+    row 0 accepted 4 of 4 but the budget let it emit 2 (2 accepted, no rejection); row 1 accepted 1 of 4, its
+    EOS was that accepted draft (1 accepted, its rejection cut: none); row 2 accepted 2 of 4 and emitted the
+    residual token (2 accepted, 1 rejection).  Before the fix accepted was 7 and alpha 7/16."""
+    s = SpecStats(k=4)
+    s.record([4, 1, 2], [2, 1, 3], [True, True, True])
+    assert s.accepted == 5 and s.rejections == 1 and s.proposed == 12 and s.emitted == 6
+    assert s.accept_hist == [0, 1, 2, 0, 0] and s.accepted == sum(n * c for n, c in enumerate(s.accept_hist))
+    assert s.alpha == pytest.approx(5 / 6) and s.utilisation == pytest.approx(5 / 12)
+    assert s.verify_hist == {4: [0, 1, 1, 0, 1]}  # raw verification outcomes, before the cuts
+    tree = SpecStats(k=3)  # a tree path may end at a shallow leaf: the caller says there was no rejection
+    tree.record([1], [2], [True], rejected=[False])
+    assert tree.rejections == 0 and tree.alpha == 1.0
+
+
+def test_truncated_geometric_law():
+    law = truncated_geometric(0.6, 3)
+    assert law == pytest.approx([0.4, 0.24, 0.144, 0.216]) and sum(law) == pytest.approx(1.0)
+    assert truncated_geometric(1.0, 2) == [0.0, 0.0, 1.0] and truncated_geometric(0.3, 0) == [1.0]
+    with pytest.raises(ValueError, match="alpha"):
+        truncated_geometric(1.5, 2)
+
+
+def _geometric_hist(gen: torch.Generator, alpha_of_position, k: int, n: int) -> list[int]:
+    """n chains of k drafts; draft j is accepted with probability alpha_of_position(j, accepted so far)."""
+    hist = [0] * (k + 1)
+    u = torch.rand(n, k, generator=gen, dtype=torch.float64).tolist()
+    for row in u:
+        m = 0
+        while m < k and row[m] < alpha_of_position(m):
+            m += 1
+        hist[m] += 1
+    return hist
+
+
+def test_acceptance_independence_accepts_iid_and_flags_correlation():
+    """i.i.d. acceptance (alpha 0.6, K = 4, N = 4000 chains, plus 1000 chains of K' = 2): the test of the truncated
+    geometric law (alpha estimated, level 1e-3) does not reject.  A correlated chain (first draft 0.5, later ones
+    0.85: a right draft tends to stay right) of the same size is rejected.  Power against that alternative, from
+    the non-central chi-square with lambda = N * sum (r - p)^2 / p at the fitted alpha: > 0.999 (asserted)."""
+    gen = torch.Generator().manual_seed(0)
+    iid = {4: _geometric_hist(gen, lambda j: 0.6, 4, 4000), 2: _geometric_hist(gen, lambda j: 0.6, 2, 1000)}
+    res = acceptance_independence(iid)
+    assert abs(res["alpha"] - 0.6) < 0.03 and res["p_value"] > 1e-3 and res["tv"] < 0.03, res
+    assert res["dof"] == 4 + 2 - 1 and res["steps"] == 5000
+    corr = {4: _geometric_hist(gen, lambda j: 0.5 if j == 0 else 0.85, 4, 4000)}
+    bad = acceptance_independence(corr)
+    assert bad["p_value"] < 1e-3, bad
+    # the alternative's law against the null fitted to it: its power at N = 4000
+    alt = [0.5, 0.5 * 0.15, 0.5 * 0.85 * 0.15, 0.5 * 0.85**2 * 0.15, 0.5 * 0.85**3]
+    a = sum(n * pn for n, pn in enumerate(alt)) / (sum(n * pn for n, pn in enumerate(alt)) + sum(alt[:4]))
+    lam = noncentrality(dict(enumerate(truncated_geometric(a, 4))), dict(enumerate(alt)), 4000)
+    assert chi_square_power(4000, 3, lam, 1e-3) > 0.999
+    stats = SpecStats(k=4)  # the SpecStats form: its verify_hist; the given alpha costs no degree of freedom
+    stats.record([4, 0, 2, 1], [5, 1, 3, 2], [True] * 4)
+    assert acceptance_independence(stats, alpha=0.5)["steps"] == 4
+    with pytest.raises(ValueError, match="no verification outcomes"):
+        acceptance_independence(SpecStats(k=2))

@@ -388,3 +388,15 @@ def test_tree_generate_with_triton_compaction_matches_torch():
         ref, _ = tree_generate(target, draft, [[5, 17, 3, 44]], 10, tree=StaticTree((2, 2, 1)), paged=paged, use_kernels=False)
         out, _ = tree_generate(target, draft, [[5, 17, 3, 44]], 10, tree=StaticTree((2, 2, 1)), paged=paged, use_kernels=True)
         assert torch.equal(out[0], ref[0])
+
+
+def test_tree_stats_count_a_path_ending_at_a_leaf_as_no_rejection():
+    """Greedy, the target as its own draft, an EAGLE-2 tree pruned to 8 nodes: every step follows the target's
+    argmax down to a leaf of the pruned tree (often shallower than depth 4) and draws the bonus from p.  No child was
+    rejected, so the per-token alpha is 1 (it used to count a rejection whenever the path was shorter than the depth);
+    utilisation (accepted / (steps x depth)) stays below 1."""
+    self_draft = tiny_llama(hidden_size=32, num_layers=2, seed=0)
+    out, stats = tree_generate(PAIR.target, self_draft, PROMPT_IDS, 30, tree=DynamicTree(depth=4, topk=3, num_nodes=8))
+    assert stats.rejections == 0 and stats.alpha == 1.0 and stats.utilisation < 1.0
+    _, weak = tree_generate(PAIR.target, PAIR.draft, PROMPT_IDS, 30, tree=DynamicTree(depth=4, topk=3, num_nodes=8))
+    assert weak.rejections > 0 and weak.alpha < 1.0

@@ -2,8 +2,8 @@
 
 A *run record* (what the runner stores in ``results["runs"]``) is a dict with at least
 ``task``, ``prompt_id``, ``label`` (method and K, e.g. ``chain-k4``), ``repeat``, ``wall_s`` and
-``new_tokens``; engine methods add ``stats`` (the SpecStats counters ``accepted``, ``proposed``,
-``emitted``, ``row_steps``, ``accept_hist``, ``target_forwards``, ``draft_forwards``); repeat 0
+``new_tokens``; engine methods add ``stats`` (the SpecStats counters ``accepted``, ``rejections``,
+``proposed``, ``emitted``, ``row_steps``, ``accept_hist``, ``target_forwards``, ``draft_forwards``); repeat 0
 adds ``equal_ar`` (greedy: the same tokens as ``ar``), ``correct`` (math) and ``passed`` (code,
 with ``--check-code``).
 
@@ -15,8 +15,12 @@ Definitions (all stated in the results file and the notebook):
 * per task: ``tokens_per_s`` = total tokens / total time over the prompts (per-prompt medians),
   ``speedup`` = that over ``ar``'s (a throughput ratio, as in Spec-Bench), and
   ``speedup_median`` = the median of the per-prompt speedups;
-* ``alpha`` = accepted / proposed drafts and ``tau`` = emitted tokens / verify steps, pooled over
-  all prompts and repeats (not an average of ratios); ``accept_hist`` summed;
+* ``alpha`` = accepted / (accepted + rejections), the per-token acceptance probability (Leviathan's
+  alpha, ``SpecStats.alpha``); ``utilisation`` = accepted / proposed drafts (``SpecStats.utilisation``:
+  lower, the drafts after a rejection are wasted); ``tau`` = emitted tokens / verify steps; all pooled
+  over all prompts and repeats (not an average of ratios); ``accept_hist`` summed.  A record without
+  ``rejections`` (written before the counter existed) counts, as rejections, its steps with n < k
+  accepted in ``accept_hist`` (exact unless a step was cut by EOS / the budget or proposed != k drafts);
   ``target_forwards_per_token`` = target forwards / new tokens (prefill included);
 * ``accuracy``, ``equal_ar_rate`` and ``pass_at_1`` are fractions of the prompts (repeat 0).
 """
@@ -45,20 +49,32 @@ def _rate(flags: list) -> float | None:
     return sum(bool(f) for f in flags) / len(flags) if flags else None
 
 
+def _rejections(s: dict) -> int:
+    if "rejections" in s:
+        return s["rejections"]
+    hist = s.get("accept_hist") or []
+    k = s.get("k") or len(hist) - 1  # an older record: steps that accepted fewer than k drafts
+    return sum(c for n, c in enumerate(hist) if n < k)
+
+
 def pooled_acceptance(stats: Iterable[dict | None]) -> dict:
-    """alpha, tau, summed accept_hist and forward counts over several SpecStats counter dicts."""
+    """alpha, utilisation, tau, summed accept_hist and forward counts over several SpecStats counter dicts."""
     stats = [s for s in stats if s]
     if not stats:
-        return {"alpha": None, "tau": None, "accept_hist": None, "target_forwards": None, "draft_forwards": None}
+        return {"alpha": None, "utilisation": None, "tau": None, "accept_hist": None, "target_forwards": None,
+                "draft_forwards": None}
     width = max(len(s.get("accept_hist") or []) for s in stats)
     hist = [0] * width
     for s in stats:
         for i, c in enumerate(s.get("accept_hist") or []):
             hist[i] += c
     proposed = sum(s.get("proposed", 0) for s in stats)
+    accepted = sum(s.get("accepted", 0) for s in stats)
+    trials = accepted + sum(_rejections(s) for s in stats)
     steps = sum(s.get("row_steps", 0) for s in stats)
     return {
-        "alpha": sum(s.get("accepted", 0) for s in stats) / proposed if proposed else None,
+        "alpha": accepted / trials if trials else None,
+        "utilisation": accepted / proposed if proposed else None,
         "tau": sum(s.get("emitted", 0) for s in stats) / steps if steps else None,
         "accept_hist": hist if width else None,
         "target_forwards": sum(s.get("target_forwards", 0) for s in stats),
@@ -87,7 +103,7 @@ def prompt_table(runs: Iterable[dict]) -> list[dict]:
             "task": task, "prompt_id": pid, "label": label, "method": rs[0].get("method", label), "k": rs[0].get("k"),
             "repeats": len(rs), "wall_s": median(r["wall_s"] for r in rs), "new_tokens": median(r["new_tokens"] for r in rs),
             "tokens_per_s": median(tps) if tps else float("nan"),
-            "alpha": acc["alpha"], "tau": acc["tau"], "accept_hist": acc["accept_hist"],
+            "alpha": acc["alpha"], "utilisation": acc["utilisation"], "tau": acc["tau"], "accept_hist": acc["accept_hist"],
             "target_forwards_per_token": (acc["target_forwards"] / tokens
                                           if acc["target_forwards"] is not None and tokens else None),
             "equal_ar": _first(rs, "equal_ar"), "correct": _first(rs, "correct"), "passed": _first(rs, "passed"),
@@ -121,7 +137,7 @@ def task_table(runs: Iterable[dict]) -> list[dict]:
             "task": task, "label": label, "method": rs[0]["method"], "k": rs[0]["k"], "prompts": len(rs),
             "wall_s": wall, "new_tokens": toks, "tokens_per_s": toks / wall if wall > 0 else float("nan"),
             "speedup_median": median(speedups) if speedups else None,
-            "alpha": acc["alpha"], "tau": acc["tau"], "accept_hist": acc["accept_hist"],
+            "alpha": acc["alpha"], "utilisation": acc["utilisation"], "tau": acc["tau"], "accept_hist": acc["accept_hist"],
             "target_forwards_per_token": (acc["target_forwards"] / all_tokens
                                           if acc["target_forwards"] is not None and all_tokens else None),
             "accuracy": _rate([r["correct"] for r in rs]), "equal_ar_rate": _rate([r["equal_ar"] for r in rs]),

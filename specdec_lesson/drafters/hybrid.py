@@ -26,9 +26,9 @@ __all__ = ["HybridDrafter"]
 class HybridDrafter(Drafter):
     """``model`` drafts unless prompt lookup finds a match of ``min_ngram``..``max_ngram`` tokens giving at least
     ``min_tokens`` proposals; ``lookup_k`` (> k) lets a step where every row takes the lookup propose more tokens
-    (verifying 8-12 tokens costs about as much as 4 with a pre-packed target).  ``model`` must accept proposals
-    other than its own at commit (``accepts_foreign_proposals``, as ``EagleDrafter`` does: its commit re-feeds
-    the accepted tokens)."""
+    (verifying 8-12 tokens costs about as much as 4 with a pre-packed target), never past the token budget the
+    engine passes to :meth:`propose_within`.  ``model`` must accept proposals other than its own at commit
+    (``accepts_foreign_proposals``, as ``EagleDrafter`` does: its commit re-feeds the accepted tokens)."""
 
     def __init__(self, model: Drafter, *, max_ngram: int = 4, min_ngram: int = 2, min_tokens: int = 2,
                  lookup_k: int | None = None) -> None:
@@ -51,14 +51,21 @@ class HybridDrafter(Drafter):
         return self.model.forwards
 
     def begin(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, target_hidden: torch.Tensor | None) -> None:
-        self.k_run = None  # the run's k: the engine asks for less only near the token budget
         self.model.begin(prompt_ids, prompt_mask, target_hidden)
         self.lookup.begin(prompt_ids, prompt_mask, target_hidden)
 
-    @torch.inference_mode()
+    def max_proposal(self, k: int) -> int:
+        """A step where every row takes the lookup proposes up to ``max(k, lookup_k)`` drafts."""
+        return max(k, self.lookup_k or k)
+
     def propose(self, k: int, sampling: SamplingConfig, generator: torch.Generator | None):
-        self.k_run = self.k_run or k
-        n_look = max(k, self.lookup_k or k) if k >= self.k_run else k  # never past the budget the engine left
+        """At most ``k`` drafts (the Drafter contract); the engine calls :meth:`propose_within`."""
+        return self.propose_within(k, k, sampling, generator)
+
+    @torch.inference_mode()
+    def propose_within(self, k: int, limit: int, sampling: SamplingConfig, generator: torch.Generator | None):
+        """The model drafts ``min(k, limit)`` tokens; an all-lookup step up to ``min(max_proposal(k), limit)``."""
+        k_model, n_look = min(k, limit), min(self.max_proposal(k), limit)
         found = [self.lookup.continuation(h, n_look) for h in self.lookup.history]
         use = [len(f) >= self.min_tokens for f in found]
         B = len(found)
@@ -67,11 +74,11 @@ class HybridDrafter(Drafter):
         if all(use):  # no model forward this step
             width = max(len(f) for f in found)
             rows = [f + [f[-1]] * (width - len(f)) for f in found]
-            tokens = torch.tensor(rows, dtype=torch.long, device=self.lookup.device)  # [B, K']
+            tokens = torch.tensor(rows, dtype=torch.long, device=self.lookup.device)  # [B, K'], K' <= n_look
             self.model.propose_foreign(tokens)
             self.last = tokens
             return tokens, None
-        tokens, probs = self.model.propose(k, sampling, generator)  # [B, K], [B, K, V] or None
+        tokens, probs = self.model.propose(k_model, sampling, generator)  # [B, K], [B, K, V] or None
         if any(use):
             tokens = tokens.clone()
             probs = None if probs is None else probs.clone()

@@ -17,7 +17,7 @@ class ModelDrafter(Drafter):
     After a step in which row b accepted n of K drafts, the draft cache keeps the n drafts it
     had fed (at most K-1: the K-th draft was sampled but never fed), and the tokens it has not
     seen become the row's *pending* block: ``[next]``, or ``[d_K, bonus]`` when all K passed,
-    so the bonus token's KV entry is never missing (pitfall 3).  Rows with one pending token
+    so the bonus token's KV entry is never missing (pitfall 3c).  Rows with one pending token
     get a hole on the left.
     """
 

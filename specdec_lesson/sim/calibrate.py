@@ -5,7 +5,9 @@ A :class:`Profile` holds what the prediction needs, all measured on the machine 
 * ``verify_curve``: T(n), seconds of one target forward over n new tokens (n = 1..16) after a KV cache,
   from :func:`specdec_lesson.profiling.measure_verify_curve`;
 * ``t_draft``: seconds per draft forward (one drafted token for all rows);
-* ``alpha``: the acceptance rate, from the engine's :class:`~specdec_lesson.stats.SpecStats`;
+* ``alpha``: the per-token acceptance probability (Leviathan's alpha), the engine's
+  :attr:`SpecStats.alpha <specdec_lesson.stats.SpecStats.alpha>` = accepted / (accepted + rejections): the
+  parameter of the i.i.d. closed form below (``SpecStats.utilisation``, accepted / proposed, is not);
 * ``overhead``: seconds per speculative step spent outside the draft and verify forwards (sampling,
   verification arithmetic, cache bookkeeping, Python);
 * ``t_baseline`` (optional): seconds per token of plain decoding; T(1) when absent.
@@ -82,7 +84,8 @@ def predict_speedup(profile: Profile, k: int, alpha: float | None = None, tokens
     """E[tokens] * t_baseline / (K * t_draft + T(K + 1) + overhead).
 
     E[tokens] is the closed form (1 - alpha^(K+1)) / (1 - alpha), which assumes every draft is
-    accepted independently with the same probability alpha; or ``tokens_per_step`` when given:
+    accepted independently with the same probability alpha (the per-token ``SpecStats.alpha``; check
+    the assumption with :func:`specdec_lesson.stats.acceptance_independence`); or ``tokens_per_step`` when given:
     the mean accepted length + 1 (tau) of the run's acceptance histogram, which keeps the
     correlation between positions (a draft that is right tends to stay right) that the
     i.i.d. closed form ignores."""
@@ -96,7 +99,8 @@ def profile_from_stats(stats: SpecStats, verify_curve: Mapping[int, float], *, b
                        t_draft: float | None = None, batch: int = 1, steps: int | None = None) -> Profile:
     """A profile from one speculative run's counters (``speculative_generate``) plus a measured verify curve.
 
-    * alpha = ``stats.alpha`` (accepted / proposed drafts);
+    * alpha = ``stats.alpha``, the per-token acceptance accepted / (accepted + rejections) that the i.i.d. closed
+      form (1 - alpha^(K+1)) / (1 - alpha) takes (not ``stats.utilisation`` = accepted / proposed);
     * t_draft = ``stats.time_draft / (stats.proposed / batch)``: seconds per decode-time draft forward
       (``proposed`` counts drafts per row; the draft's prompt prefill is in neither number), unless given;
     * overhead = ``stats.time_other / steps``, steps = ``stats.row_steps / batch`` unless given;
@@ -121,8 +125,8 @@ def profile_from_stats(stats: SpecStats, verify_curve: Mapping[int, float], *, b
         if baseline.emitted <= 0 or decode_time <= 0:
             raise ValueError("baseline stats hold no decode time or emitted tokens")
         t_base = decode_time * batch / baseline.emitted
-    notes = {"k": stats.k, "steps": n_steps, "emitted": stats.emitted, "tau": stats.tau, "batch": batch,
-             "time_verify_per_step": stats.time_verify / n_steps}
+    notes = {"k": stats.k, "steps": n_steps, "emitted": stats.emitted, "tau": stats.tau, "utilisation": stats.utilisation,
+             "batch": batch, "time_verify_per_step": stats.time_verify / n_steps}
     return Profile(dict(verify_curve), float(t_draft), float(stats.alpha), stats.time_other / n_steps, t_base, notes)
 
 

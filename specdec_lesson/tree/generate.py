@@ -42,7 +42,8 @@ def tree_generate(
     drafter with ``tree_expand`` / ``commit_tree``.  ``tree``: a :class:`StaticTree` or
     :class:`DynamicTree`.  ``rule`` overrides the tree's sibling rule (teaching only: a wrong
     rule is biased).  Returns per-row new tokens and a :class:`SpecStats` whose ``k`` is the
-    tree's maximum depth, ``accept_hist`` counts accepted depths 0..k, and ``tau`` is tokens per
+    tree's maximum depth, ``accept_hist`` counts accepted (and emitted) depths 0..k, ``alpha`` is
+    accepted / (accepted + steps that ended in a rejection of every child), and ``tau`` is tokens per
     target forward.  Batches of more than one prompt raise ValueError (trees are B = 1 here).
     ``use_kernels``: KV compaction by the Triton kernel (default: on when CUDA and triton are present)."""
     if not isinstance(tree, (StaticTree, DynamicTree)):
@@ -63,7 +64,8 @@ def tree_generate(
     out = Outputs(1, max_new_tokens, eos_of(target, eos_token_id))
     forwards0 = drafter.forwards
     t0 = clock()
-    state = SlotCache(target, 1, device, paged=paged, use_kernels=use_kernels)  # Triton KV compaction on CUDA
+    state = SlotCache(target, 1, device, paged=paged, use_kernels=use_kernels,  # Triton KV compaction on CUDA
+                      capacity=ids.shape[1] + max_new_tokens + tree.max_nodes + 1)  # + one tree's nodes
     hidden = None
     if ids.shape[1] > 1:
         _, hidden = state.forward(ids[:, :-1], mask[:, :-1], has_holes=not bool(mask.all()), output_hidden=need_hidden)
@@ -86,7 +88,8 @@ def tree_generate(
             path, nxt = verify_tree(tr, sampling.probs(as_float(logits[0])), generator, rule)  # [N, V] laws
         t3 = clock()
         emitted = out.emit(0, tr.path_tokens(path[-1]) + [nxt] if path else [nxt])
-        stats.record([len(path)], [emitted], [True], k_step=tree.max_depth)
+        end = path[-1] if path else 0  # a path ending at a leaf saw no rejection (its bonus token is drawn from p)
+        stats.record([len(path)], [emitted], [True], k_step=tree.max_depth, rejected=[bool(tr.children[end])])
         state.compact(since, [[0] + path])  # root + accepted nodes, now contiguous
         if not out.all_done:
             drafter.commit_tree(tr, path, nxt, hidden)
