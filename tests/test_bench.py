@@ -146,7 +146,10 @@ def test_metrics_hand_computed():
     a_ar, a_ch = rows[("a", "ar")], rows[("a", "chain-k4")]
     assert a_ar["wall_s"] == 1.5 and a_ar["tokens_per_s"] == pytest.approx(10 / 1.5)
     assert a_ch["tokens_per_s"] == pytest.approx(20.0) and a_ch["speedup"] == pytest.approx(20 / (10 / 1.5))
-    assert a_ch["alpha"] == pytest.approx(18 / 24) and a_ch["tau"] == pytest.approx(24 / 6)
+    # alpha = accepted / (accepted + rejections); these records have no "rejections" counter, so the steps with
+    # n < k = 4 accepted in accept_hist count (one per s1 record); utilisation = accepted / proposed
+    assert a_ch["alpha"] == pytest.approx(18 / 21) and a_ch["utilisation"] == pytest.approx(18 / 24)
+    assert a_ch["tau"] == pytest.approx(24 / 6)
     assert a_ch["accept_hist"] == [0, 0, 3, 0, 3] and a_ch["target_forwards_per_token"] == pytest.approx(9 / 30)
     assert rows[("b", "chain-k4")]["speedup"] == pytest.approx(0.5)
     tt = {r["label"]: r for r in task_table(runs)}
@@ -154,7 +157,8 @@ def test_metrics_hand_computed():
     assert tt["ar"]["tokens_per_s"] == pytest.approx(30 / 3.5) and tt["ar"]["speedup"] == pytest.approx(1.0)
     assert tt["chain-k4"]["speedup"] == pytest.approx((30 / 4.5) / (30 / 3.5))
     assert tt["chain-k4"]["speedup_median"] == pytest.approx(0.5 * (20 / (10 / 1.5) + 0.5))
-    assert tt["chain-k4"]["alpha"] == pytest.approx(20 / 32) and tt["chain-k4"]["tau"] == pytest.approx(28 / 8)
+    assert tt["chain-k4"]["alpha"] == pytest.approx(20 / 25) and tt["chain-k4"]["utilisation"] == pytest.approx(20 / 32)
+    assert tt["chain-k4"]["tau"] == pytest.approx(28 / 8)
     assert tt["chain-k4"]["accept_hist"] == [1, 0, 3, 1, 3]
     assert tt["chain-k4"]["target_forwards_per_token"] == pytest.approx(12 / 50)
     assert tt["chain-k4"]["accuracy"] == 0.5 and tt["chain-k4"]["equal_ar_rate"] == 0.5 and tt["ar"]["accuracy"] == 1.0
@@ -167,12 +171,18 @@ def test_median_and_pooling_edge_cases():
 
 
 # ------------------------------------------------------------------------------- results files
+def _minimal(**extra) -> dict:
+    """The smallest complete results file that ``report`` can read."""
+    return {"format": "specdec-bench/1", "complete": True, "per_task": [], "labels": [], "pair": {}, "machine": {},
+            "settings": {"max_new_tokens": 1, "temperature": 0.0, "repeats": 1}, **extra}
+
+
 def test_write_results_is_atomic_and_strict(tmp_path):
     path = tmp_path / "r.json"
-    write_results({"format": "specdec-bench/1", "complete": True, "x": float("nan")}, path)
+    write_results(_minimal(x=float("nan")), path)
     assert json.loads(path.read_text())["x"] is None and load_results(path)["complete"] is True
     with pytest.raises(TypeError):
-        write_results({"format": "specdec-bench/1", "complete": True, "bad": object()}, path)
+        write_results(_minimal(bad=object()), path)
     assert load_results(path)["x"] is None  # the failed write left the old file whole
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]  # and no temporary file behind
     write_results({"format": "specdec-bench/1", "complete": False}, tmp_path / "p.json")

@@ -190,3 +190,4 @@ def test_shipped_draft_greedy_exact_on_real_target():
     out, stats = speculative_generate(target, drafter, prompts, 24, k=4, eos_token_id=tok.eos_token_id)
     assert all(torch.equal(a, b) for a, b in zip(ref, out))
     assert stats.alpha > 0.05  # accepted / proposed at k=4; a random draft over 49152 tokens accepts ~0
+

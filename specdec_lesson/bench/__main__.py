@@ -7,23 +7,27 @@ Examples::
     python -m specdec_lesson.bench --prompts mine.jsonl --method ar,prompt-lookup,hf-prompt-lookup
     python -m specdec_lesson.bench --report benchmarks/results/bench_default_....json
 
-Bad input prints one ``specdec-bench: error: ...`` line on stderr and exits with status 2.
+Bad input prints one ``specdec-bench: error: ...`` line on stderr and exits with status 2, before any
+model is loaded where it can be known then (flags, the prompts file, the ``--out`` path); Ctrl-C prints
+one line too (exit 130), keeping the runs measured so far in a ``.partial.json`` file.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
+
+from ..cli_args import UsageError, check_output_file, check_seed, check_threads
 
 __all__ = ["main", "build_parser"]
 
 DEFAULT_METHODS = "ar,chain,prompt-lookup,hf,hf-assisted,hf-prompt-lookup"
 
 
-class _UsageError(ValueError):
-    pass
+_UsageError = UsageError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -35,6 +39,16 @@ def _csv(text: str) -> list[str]:
     return [x.strip() for x in text.split(",") if x.strip()]
 
 
+def _once(flag: str, items: list, text: str) -> list:
+    """``items`` unless empty or with a repeat (a repeated method or K would be pooled into one row)."""
+    if not items:
+        raise _UsageError(f"{flag} needs at least one value, got {text!r}")
+    dup = [x for i, x in enumerate(items) if x in items[:i]]
+    if dup:
+        raise _UsageError(f"{flag} lists {dup[0]!r} more than once ({text!r}); give each value once")
+    return items
+
+
 def _ks(text: str) -> list[int]:
     try:
         ks = [int(x) for x in _csv(text)]
@@ -42,7 +56,7 @@ def _ks(text: str) -> list[int]:
         raise _UsageError(f"--k takes integers >= 1 separated by commas (e.g. 4 or 1,2,4,8), got {text!r}") from None
     if not ks or any(k < 1 for k in ks):
         raise _UsageError(f"--k values must be >= 1, got {text!r}")
-    return ks
+    return _once("--k", ks, text)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -96,12 +110,17 @@ def _check_device(name: str | None) -> None:
 def _settings(a):
     from .runner import BenchSettings
 
-    tasks = _csv(a.task) if a.task else (["prompts"] if a.prompts else ["code", "math"])
+    tasks = _once("--task", _csv(a.task), a.task) if a.task is not None else (["prompts"] if a.prompts else ["code", "math"])
     if a.prompts and "prompts" not in tasks:
         tasks.append("prompts")
     if "prompts" in tasks and not a.prompts:
         raise _UsageError("task 'prompts' needs --prompts FILE.jsonl")
-    methods = _csv(a.method)
+    methods = _once("--method", _csv(a.method), a.method)
+    check_seed(a.seed, "--seed")
+    check_threads(a.threads, "--threads")
+    if a.html and not a.report:
+        raise _UsageError("--html goes with --report (a run writes no HTML page); make one afterwards with "
+                          "--report RESULTS.json --html PAGE.html")
     s = BenchSettings(tasks=tasks, methods=methods, ks=_ks(a.k), max_new_tokens=a.max_new_tokens, temperature=a.temperature,
                       top_k=a.top_k, top_p=a.top_p, repeats=a.repeats, warmup=a.warmup, limit=a.limit, seed=a.seed,
                       prompts_file=a.prompts, check_code=a.check_code, hybrid_lookup_k=a.hybrid_lookup_k)
@@ -115,11 +134,12 @@ def _settings(a):
 
 def _run(a) -> int:
     from . import report
-    from .runner import load_models, load_results, run_benchmark, write_results
+    from .runner import load_models, load_results, run_benchmark
 
     if a.report:
         res = load_results(a.report)
         html = Path(a.html) if a.html else Path(a.report).with_suffix(".html")
+        check_output_file(html, "--html")
         report.write_html(res, html)
         print(report.format_table(res))
         print(f"report written to {html}")
@@ -132,26 +152,49 @@ def _run(a) -> int:
 
         torch.set_num_threads(a.threads)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    out = Path(a.out) if a.out else Path("benchmarks/results") / f"bench_{a.pair if not a.target else 'custom'}_{stamp}.json"
-    if a.engine == "vllm":
-        from .vllm_engine import run_vllm
-
-        res = run_vllm(settings, pair=a.pair, target=a.target, draft=a.draft, progress=not a.no_progress)
+    if a.out:
+        out = check_output_file(a.out, "--out")  # now, not after the run: a bad path must not cost the results
     else:
-        loaded = load_models(a.pair, a.target, a.draft, device=a.device, draft_device=a.draft_device, dtype=a.dtype,
-                             target_device_map=a.target_device_map)
+        out = Path("benchmarks/results") / f"bench_{a.pair if not a.target else 'custom'}_{stamp}.json"
+        check_output_file(out, "the default results path (choose one with --out)", make_parent=True)
+    if a.engine == "vllm":  # ours + their vLLM peers (vllm_engine.peer_methods); the venv is checked before loading
+        from .vllm_engine import check_available, close_all, peer_methods
+
+        settings.methods = peer_methods(settings.methods, a.method != DEFAULT_METHODS)
+        settings.validate()
+        check_available()
+    loaded = load_models(a.pair, a.target, a.draft, device=a.device, draft_device=a.draft_device, dtype=a.dtype,
+                         target_device_map=a.target_device_map)
+    try:
         res = run_benchmark(loaded, settings, progress=not a.no_progress)
+    finally:
+        if a.engine == "vllm":
+            close_all()
     if not res.get("complete"):
-        partial = out.with_name(out.stem + ".partial.json")
-        write_results(res, partial)
+        partial = _save(res, out.with_name(out.stem + ".partial.json"))
         print(f"specdec-bench: interrupted; {len(res['runs'])} runs kept in {partial} (marked incomplete)", file=sys.stderr)
         return 130
-    write_results(res, out)
+    out = _save(res, out)
     print(report.format_table(res))
     for note in res.get("notes", []):
         print(f"note: {note}")
     print(f"results written to {out}")
     return 0
+
+
+def _save(res: dict, path: Path) -> Path:
+    """Write the results; if that fails even so (the disk filled up, the folder went away), write them
+    to the temporary folder instead and say where: finished results are never lost."""
+    from .runner import write_results
+
+    try:
+        return write_results(res, path)
+    except OSError as exc:
+        spare = Path(tempfile.gettempdir()) / path.name
+        write_results(res, spare)
+        print(f"specdec-bench: could not write {path} ({exc.strerror or exc}); the results were saved to {spare} instead",
+              file=sys.stderr)
+        return spare
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -166,6 +209,9 @@ def main(argv: list[str] | None = None) -> int:
         msg = " ".join(str(exc).split()) or type(exc).__name__
         print(f"specdec-bench: error: {msg}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # while loading or warming up (an interrupted measurement returns its partial results)
+        print("specdec-bench: interrupted before any run was measured; nothing was written", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -114,18 +114,12 @@ def _pad_draft_vocab(target, draft, note: list[str]) -> None:
 
 
 def _load_hf_pair(target_name: str, draft_name: str, device, draft_device, dtype, target_device_map, notes) -> tuple:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from ..models import check_model_source, check_same_vocab, load_hf_model
 
-    from ..models import check_same_vocab
-
-    def load(name, role, **kw):
-        try:
-            return AutoTokenizer.from_pretrained(name), AutoModelForCausalLM.from_pretrained(name, dtype=dtype, **kw)
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"cannot load the {role} model {name!r}: {str(exc).splitlines()[0]}") from None
-
-    ttok, target = load(target_name, "target", **({"device_map": target_device_map} if target_device_map else {}))
-    dtok, draft = load(draft_name, "draft")
+    check_model_source(target_name, "target")  # both, before the (maybe long) target load
+    check_model_source(draft_name, "draft")
+    ttok, target = load_hf_model(target_name, "target", dtype, **({"device_map": target_device_map} if target_device_map else {}))
+    dtok, draft = load_hf_model(draft_name, "draft", dtype)
     if ttok.get_vocab() != dtok.get_vocab():
         check_same_vocab(target, draft, ttok, dtok)  # raises, naming the difference
     _pad_draft_vocab(target, draft, notes)
@@ -183,8 +177,9 @@ def _default_draft(target, notes: list[str]) -> tuple[object, str | None]:
 
     try:
         draft = load_default_draft(target)
-    except (OSError, KeyError, ValueError, RuntimeError) as exc:
-        notes.append(f"the default draft could not be loaded (drafters.eagle.load_default_draft: {str(exc).splitlines()[0]}): "
-                     "methods that need a draft cannot run")
+    except Exception as exc:  # a missing or damaged draft file (SafetensorError included): noted, not fatal
+        first = (str(exc).strip().splitlines() or [""])[0]
+        notes.append(f"the default draft could not be loaded (drafters.eagle.load_default_draft: {type(exc).__name__}: "
+                     f"{first}): methods that need a draft cannot run")
         return None, None
     return draft, f"drafters.eagle.load_default_draft: {type(draft).__name__}"

@@ -95,7 +95,7 @@ def write_html(results: dict, path: str | Path) -> Path:
 def committed_results(folder: str | Path = RESULTS_DIR) -> list[dict]:
     """Every complete results file ``bench_*.json`` in ``folder``, newest first (by ``created``);
     interrupted (``.partial``) or unreadable files are skipped."""
-    from .runner import load_results
+    from .results import load_results
 
     found = []
     for path in sorted(Path(folder).glob("bench_*.json")):

@@ -10,9 +10,6 @@ per call), the setting of Spec-Bench and of HF assisted generation.
 
 from __future__ import annotations
 
-import json
-import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -26,13 +23,15 @@ import torch
 from . import tasks as T
 from .loading import PAIRS, CharTokenizer, Loaded, load_models
 from .metrics import AR_LABEL, prompt_table, task_table
+from .results import RESULTS_FORMAT, _git_revision, load_results, machine_info, write_results
 
-__all__ = ["METHODS", "PAIRS", "BenchSettings", "Loaded", "load_models", "run_benchmark", "write_results", "load_results",
-           "check_code_reply", "CharTokenizer", "machine_info"]
+__all__ = ["METHODS", "PAIRS", "RESULTS_FORMAT", "BenchSettings", "Loaded", "load_models", "run_benchmark", "write_results",
+           "load_results", "check_code_reply", "CharTokenizer", "machine_info"]
 
-METHODS = ("ar", "chain", "hybrid", "tree", "prompt-lookup", "hf", "hf-assisted", "hf-prompt-lookup")
-K_METHODS = {"chain", "hybrid", "prompt-lookup", "hf-assisted", "hf-prompt-lookup"}  # tree: the StaticTree default shape
-RESULTS_FORMAT = "specdec-bench/1"
+METHODS = ("ar", "chain", "hybrid", "tree", "prompt-lookup", "hf", "hf-assisted", "hf-prompt-lookup",
+           "vllm", "vllm-ngram", "vllm-eagle")  # vllm*: vLLM worker processes (vllm_engine.py)
+K_METHODS = {"chain", "hybrid", "prompt-lookup", "hf-assisted", "hf-prompt-lookup",
+             "vllm-ngram", "vllm-eagle"}  # tree: the StaticTree default shape
 
 
 @dataclass
@@ -55,6 +54,13 @@ class BenchSettings:
     hybrid_lookup_k: int = 8  # hybrid: proposals per step when prompt lookup drafts (hybrid.HybridDrafter)
 
     def validate(self) -> None:
+        for name in ("tasks", "methods", "ks"):
+            items = list(getattr(self, name))
+            if not items:
+                raise ValueError(f"{name} is empty: give at least one")
+            dup = [x for i, x in enumerate(items) if x in items[:i]]
+            if dup:
+                raise ValueError(f"{name} lists {dup[0]!r} more than once: give each once (repeats would be pooled into one row)")
         for t in self.tasks:
             if t not in T.TASKS:
                 raise ValueError(f"unknown task {t!r}; choose from {', '.join(T.TASKS)}")
@@ -66,8 +72,10 @@ class BenchSettings:
         for name in ("max_new_tokens", "repeats", "hybrid_lookup_k"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.warmup < 0 or (self.limit is not None and self.limit < 1):
-            raise ValueError("warmup must be >= 0 and limit >= 1")
+        if self.warmup < 0:
+            raise ValueError(f"warmup must be >= 0, got {self.warmup}")
+        if self.limit is not None and self.limit < 1:
+            raise ValueError(f"limit must be >= 1 (or not given: every prompt), got {self.limit}")
         from ..sampling import check_sampling_args
 
         check_sampling_args(self.temperature, self.top_k, self.top_p)
@@ -91,9 +99,9 @@ def _sync() -> None:
 
 
 def _stats_dict(stats) -> dict:
-    keys = ("k", "accepted", "proposed", "emitted", "row_steps", "target_forwards", "draft_forwards",
+    keys = ("k", "accepted", "rejections", "proposed", "emitted", "row_steps", "target_forwards", "draft_forwards",
             "time_prefill", "time_draft", "time_verify", "time_other")
-    d = {key: getattr(stats, key) for key in keys}
+    d = {key: getattr(stats, key) for key in keys if hasattr(stats, key)}  # rejections: metrics' alpha needs it
     d["accept_hist"] = list(stats.accept_hist)
     return d
 
@@ -123,6 +131,10 @@ def _run_one(loaded: Loaded, method: str, k: int | None, ids: list[int], s: Benc
     from ..drafters.hybrid import HybridDrafter
     from ..speculative import autoregressive_generate, speculative_generate
 
+    if method.startswith("vllm"):
+        from .vllm_engine import run_one
+
+        return run_one(loaded, method, k, ids, s, seed)
     dev = loaded.device
     x = torch.tensor([ids], dtype=torch.long, device=dev)  # [1, L]
     samp = dict(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p)
@@ -213,6 +225,30 @@ def _check_methods(loaded: Loaded, labels) -> None:
                                 f"({type(assistant).__name__})")
 
 
+def _check_fits(loaded: Loaded, items: dict, encoded: dict, s: BenchSettings, labels) -> None:
+    """Every prompt + ``max_new_tokens`` + one step's drafts must fit the target's context: say so before the
+    warm-up (naming the longest prompt and the largest budget that fits), not at the prompt that overflows."""
+    cfg = getattr(loaded.target, "config", None)
+    cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+    limit = getattr(cfg, "max_position_embeddings", None)
+    if not isinstance(limit, int):
+        return
+    methods = {m for _, m, _ in labels}
+    step = max([1] + [k for _, _, k in labels if k] + ([s.hybrid_lookup_k] if "hybrid" in methods else []))  # max_proposal
+    if "tree" in methods:
+        from ..tree import StaticTree
+
+        step = max(step, StaticTree().max_depth + 1)  # the default tree shape tree_generate runs
+    task, i = max(((t, j) for t in encoded for j in range(len(encoded[t]))), key=lambda tj: len(encoded[tj[0]][tj[1]]))
+    longest = len(encoded[task][i])
+    if longest + s.max_new_tokens + step > limit:
+        fits = limit - longest - step
+        fix = f"use --max-new-tokens <= {fits}" if fits >= 1 else "shorten that prompt"
+        raise ValueError(f"prompt {items[task][i]['id']!r} ({task}) has {longest} tokens: with max_new_tokens "
+                         f"{s.max_new_tokens} and up to {step} drafts per step it exceeds the target's context of "
+                         f"{limit} positions; {fix}")
+
+
 def run_benchmark(loaded: Loaded, s: BenchSettings, *, progress: bool = True) -> dict:
     """Run every (task, prompt, repeat, method); return the results dict (see ``write_results``)."""
     from tqdm.auto import tqdm
@@ -222,6 +258,11 @@ def run_benchmark(loaded: Loaded, s: BenchSettings, *, progress: bool = True) ->
     _check_methods(loaded, labels)
     items = {t: T.task_items(t, s.limit, s.prompts_file) for t in s.tasks}
     encoded = {t: [loaded.encode(it["text"]) for it in its] for t, its in items.items()}
+    _check_fits(loaded, items, encoded, s, labels)
+    if any(m.startswith("vllm") for _, m, _ in labels):
+        from .vllm_engine import prepare
+
+        prepare(loaded, labels, s)  # starts the vLLM workers now: a venv or engine problem fails before the warm-up
     runs: list[dict] = []
     results = _header(loaded, s, labels)
     first = next(t for t in s.tasks if items[t])
@@ -270,29 +311,11 @@ def run_benchmark(loaded: Loaded, s: BenchSettings, *, progress: bool = True) ->
     results["per_prompt"] = prompt_table(runs)
     results["per_task"] = task_table(runs)
     results["complete"] = True
+    if any(m.startswith("vllm") for _, m, _ in labels):
+        from .vllm_engine import add_vllm_speedups
+
+        add_vllm_speedups(results)
     return results
-
-
-def _git_revision() -> dict:
-    root = Path(__file__).resolve().parents[2]
-    try:
-        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True,
-                               text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return {"revision": None, "dirty": None}
-    return {"revision": rev or None, "dirty": bool(dirty)}
-
-
-def machine_info() -> dict:
-    import transformers
-
-    info = {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "python": platform.python_version(),
-            "torch": torch.__version__, "transformers": transformers.__version__, "cuda": torch.version.cuda,
-            "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-            if torch.cuda.is_available() else []}
-    return info
 
 
 def _header(loaded: Loaded, s: BenchSettings, labels) -> dict:
@@ -305,49 +328,3 @@ def _header(loaded: Loaded, s: BenchSettings, labels) -> dict:
                        "task tokens/s over ar's (throughput ratio); alpha, tau pooled",
         "notes": loaded.notes,
     }
-
-
-def write_results(results: dict, path: str | Path) -> Path:
-    """Write JSON atomically (temporary file in the same folder, fsync, rename): a reader sees the
-    old file or the whole new one, never a truncated file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(_clean(results), fh, indent=1, allow_nan=False)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
-
-
-def _clean(obj):
-    """NaN/inf -> None, so the file is strict JSON."""
-    if isinstance(obj, float) and (obj != obj or obj in (float("inf"), float("-inf"))):
-        return None
-    if isinstance(obj, dict):
-        return {k: _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    return obj
-
-
-def load_results(path: str | Path) -> dict:
-    """Read a results file; ValueError if it is not one, or is from an interrupted run."""
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"results file {str(path)!r} does not exist")
-    try:
-        res = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path} is not a readable JSON results file ({exc})") from None
-    if not isinstance(res, dict) or res.get("format") != RESULTS_FORMAT:
-        raise ValueError(f"{path} is not a {RESULTS_FORMAT} results file")
-    if res.get("complete") is not True:
-        raise ValueError(f"{path} comes from an interrupted run (complete is not true)")
-    return res

@@ -94,20 +94,31 @@ def answer_matches(text: str, answer: float) -> bool:
 def load_prompts(path: str | Path) -> list[dict]:
     """User prompts from a JSONL file: one object per line with a string ``prompt`` field."""
     path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"prompts file {str(path)!r} is a folder; give a JSONL file, one {{\"prompt\": ...}} object per line")
     if not path.is_file():
         raise ValueError(f"prompts file {str(path)!r} does not exist")
-    items = []
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
-            if not isinstance(obj, dict) or not isinstance(obj.get("prompt"), str) or not obj["prompt"]:
-                raise ValueError(f"{path}:{lineno}: expected a JSON object with a non-empty string 'prompt' field")
-            items.append({"id": str(obj.get("id", f"prompt-{len(items):03d}")), "prompt": obj["prompt"]})
+    items, ids = [], set()
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"prompts file {str(path)!r} is not UTF-8 text (byte {exc.start}); save it as UTF-8 JSONL") from None
+    except OSError as exc:
+        raise ValueError(f"prompts file {str(path)!r} cannot be read ({exc.strerror or exc})") from None
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
+        if not isinstance(obj, dict) or not isinstance(obj.get("prompt"), str) or not obj["prompt"].strip():
+            raise ValueError(f"{path}:{lineno}: expected a JSON object with a non-empty string 'prompt' field")
+        pid = str(obj.get("id", f"prompt-{len(items):03d}"))
+        if pid in ids:  # two prompts with one id would be pooled into one row of the per-prompt table
+            raise ValueError(f"{path}:{lineno}: id {pid!r} is used by an earlier line; give every prompt its own id")
+        ids.add(pid)
+        items.append({"id": pid, "prompt": obj["prompt"]})
     if not items:
         raise ValueError(f"prompts file {str(path)!r} holds no prompts")
     return items

@@ -1,5 +1,7 @@
 """``python -m specdec_lesson.distill``."""
 
+import sys
+
 from .cli import main
 
-main()
+sys.exit(main())

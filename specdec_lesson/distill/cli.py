@@ -1,4 +1,4 @@
-"""Distilling the default draft from the target: ``python -m specdec_lesson.distill {gen,train,heldout,export}``.
+"""Distilling the default draft from the target: ``python -m specdec_lesson.distill COMMAND`` (commands below).
 
 corpus   teacher-forced data: real code (HumanEval 0..81 solutions, standard-library functions) as replies
          to the benchmark's code prompt, with the target's hidden states; no generation, so much cheaper.
@@ -8,6 +8,7 @@ train    the EAGLE-style draft (``eagle.EagleDraft``) on those shards, checkpoin
 heldout  the target's greedy answers to the benchmark's EVALUATION prompts, for offline acceptance only.
 export   a checkpoint as fp16 safetensors + JSON config under ``specdec_lesson/data/``, with the
          acceptance-per-checkpoint curve (``distill.evaluate``).
+export-vllm  the shipped draft as a checkpoint folder vLLM's EAGLE proposer loads (``distill.export_vllm``).
 
 The shipped draft was made with (on the 2-core CPU: the data commands ran side by side with 1 thread each,
 then train alone with 2 threads)::
@@ -25,26 +26,36 @@ interrupted run never leaves a shard or checkpoint that passes for complete; rer
 command resumes: ``gen`` skips finished shards, ``train`` restarts from the last checkpoint (model,
 optimizer, step; the data order is a function of the seed and epoch), and gives the same result as an
 uninterrupted run when the data did not change meanwhile.  ``--fast`` runs the whole pipeline on a tiny
-random target in seconds (the tests use it).
+random target in seconds (the tests use it).  A checkpoint records the settings that made it (``--fast``,
+``--n-sub``, ``--budget``, ``--lr``, ``--unroll``, ``--seed``); a resume with other ones is refused, naming them.
+
+Bad input (a flag out of range, ``train`` before ``gen``, an unreadable shard or checkpoint, a folder that
+cannot be written) prints one ``python -m specdec_lesson.distill: error: ...`` line and exits with status 2,
+before the target is loaded where it can be known then; Ctrl-C prints one line (exit 130) and keeps every
+finished shard and checkpoint.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
 import torch
 
-from .teacher import run_corpus, run_gen
+from ..cli_args import OneLineParser, UsageError, check_float, check_int, check_seed, check_threads, check_writable_dir
+from .teacher import run_corpus, run_gen, shard_paths
 from .train import run_train
 
 __all__ = ["main"]
 
+PROG = "python -m specdec_lesson.distill"
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m specdec_lesson.distill", description=__doc__.split("\n")[0])
+
+def _parser() -> OneLineParser:
+    ap = OneLineParser(prog=PROG, description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("gen", help="teacher data")
     g.add_argument("--out", type=Path, default=Path("runs/distill"))
@@ -82,12 +93,77 @@ def main(argv: list[str] | None = None) -> None:
     x.add_argument("--step", type=int, default=None, help="checkpoint to ship (default: the last)")
     x.add_argument("--curve-every", type=int, default=1)
     x.add_argument("--n-sub", type=int, default=None, help="re-choose the output subset with this many tokens")
-    for p in (g, c, t, h, x):
+    v = sub.add_parser("export-vllm", help="the shipped draft as a checkpoint folder vLLM's EAGLE proposer loads")
+    v.add_argument("--dest", type=Path, default=None, help="checkpoint folder (default: the cache folder the bench uses)")
+    v.add_argument("--out", type=Path, default=Path("runs/distill"), help=argparse.SUPPRESS)
+    for p in (g, c, t, h, x, v):
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--fast", action="store_true")
         p.add_argument("--threads", type=int, default=1)
-    a = ap.parse_args(argv)
-    torch.set_num_threads(a.threads)
+    return ap
+
+
+def _check(a) -> None:
+    """Every flag of the command, and the folders it needs, before any model is loaded (UsageError)."""
+    check_seed(a.seed, "--seed")
+    check_threads(a.threads, "--threads", allow_none=False)
+    pos = lambda name, allow_none=False: check_int(getattr(a, name), "--" + name.replace("_", "-"), lo=1, allow_none=allow_none)
+    if a.cmd in ("gen", "heldout"):
+        for name in ("n_code", "n_math"):
+            check_int(getattr(a, name), "--" + name.replace("_", "-"), lo=0)
+        if a.n_code + a.n_math < 1:
+            raise UsageError("--n-code + --n-math must be >= 1: there would be no prompt to answer")
+        pos("max_new")
+    if a.cmd == "gen":
+        pos("batch")
+        pos("max_shards", True)
+        pos("workers")
+        check_int(a.sample_every, "--sample-every", lo=0)
+        check_int(a.worker, "--worker", lo=0, hi=a.workers - 1)
+    elif a.cmd == "corpus":
+        pos("n")
+        pos("shard_size")
+        pos("max_shards", True)
+    elif a.cmd == "train":
+        for name in ("steps", "budget", "n_sub", "unroll", "ckpt_every", "val_every"):
+            pos(name)
+        check_float(a.lr, "--lr", lo=0.0, lo_open=True)
+        if not shard_paths(a.out):
+            raise UsageError(f"no teacher data under {a.out / 'data'} (no shard_*.pt): run gen (or corpus) with "
+                             f"--out {a.out} first")
+    elif a.cmd == "export":
+        pos("k")
+        pos("step", True)
+        pos("curve_every")
+        pos("n_sub", True)
+        if not (a.out / "ckpt.pt").is_file():
+            raise UsageError(f"no checkpoint {a.out / 'ckpt.pt'}: run train with --out {a.out} first")
+    elif a.cmd == "export-vllm" and a.dest is not None:
+        check_writable_dir(a.dest, "--dest")
+    if a.cmd in ("heldout", "export", "export-vllm") and a.fast:
+        raise UsageError(f"{a.cmd} always runs on the real target; --fast does not apply (and a --fast checkpoint "
+                         "cannot be exported)")
+    check_writable_dir(a.out, "--out")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command line; returns the exit status (0, 2 for bad input, 130 for Ctrl-C)."""
+    try:
+        a = _parser().parse_args(argv)
+        _check(a)
+        torch.set_num_threads(a.threads)
+        _run(a)
+    except (ValueError, RuntimeError, OSError) as exc:
+        print(f"{PROG}: error: {' '.join(str(exc).split()) or type(exc).__name__}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted; every finished shard and checkpoint is kept: rerun the same command to resume",
+              file=sys.stderr)
+        return 130
+    return 0
+
+
+def _run(a) -> None:
     t0 = time.time()
     if a.cmd == "gen":
         n = run_gen(a.out, a.n_code, a.n_math, a.batch, a.max_new, a.seed, a.worker, a.workers, a.sample_every, a.fast,
@@ -104,6 +180,13 @@ def main(argv: list[str] | None = None) -> None:
         from .evaluate import run_export
 
         print(json.dumps(run_export(a.out, k=a.k, step=a.step, curve_every=a.curve_every, n_sub=a.n_sub)))
+    elif a.cmd == "export-vllm":
+        from ..models import load_default_target
+        from .export_vllm import ARCH, default_export_dir, export_vllm
+
+        target, _ = load_default_target(verbose=False)
+        path = export_vllm(target, a.dest or default_export_dir())
+        print(f"vLLM EAGLE checkpoint written to {path} (architecture {ARCH}; bench/vllm_worker.py registers it in vLLM)")
     elif a.cmd == "train":
         res = run_train(a.out, a.steps, a.budget, a.lr, a.n_sub, a.unroll, a.seed, a.fast, a.ckpt_every, a.val_every,
                         reload=a.reload)
@@ -111,4 +194,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

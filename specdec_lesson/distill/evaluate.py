@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from .data import chat_text
-from .teacher import _teacher, atomic_save, generate_teacher
+from .teacher import _teacher, atomic_save, generate_teacher, load_file
 
 __all__ = ["run_heldout", "offline_alpha", "run_export"]
 
@@ -23,6 +23,9 @@ def run_heldout(out: Path, n_code: int, n_math: int, max_new: int, batch: int = 
     (never trained on): HumanEval 82.. and ``bench.tasks.math_problems("eval")``."""
     from ..bench.tasks import code_problems, format_code_prompt, format_math_prompt, math_problems
 
+    for name, n in (("n_code", n_code), ("n_math", n_math), ("max_new", max_new - 1), ("batch", batch - 1)):
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"{name} must be an integer >= {0 if name.startswith('n_') else 1}")
     path = out / "heldout.pt"
     if path.exists():
         return path
@@ -147,8 +150,21 @@ def run_export(out: Path, dest: Path | None = None, k: int = 4, step: int | None
     )
 
     dest = dest or DEFAULT_DRAFT_DIR
-    ckpt = torch.load(out / "ckpt.pt")
+    ckpt = load_file(out / "ckpt.pt", "the checkpoint", "run train with the same --out first")
+    fast_made = (f"{out / 'ckpt.pt'} was trained with --fast on the tiny random target; only a checkpoint of the real "
+                 "target can be exported (it would replace the shipped draft)")
+    if not isinstance(ckpt, dict) or not {"model", "step", "log", "d2t", "config", "seed"} <= set(ckpt):
+        raise ValueError(f"{out / 'ckpt.pt'} is not a training checkpoint of distill.train; run train with this --out")
+    if (ckpt.get("made") or {}).get("fast"):
+        raise ValueError(fast_made)
+    saved = sorted((out / "ckpts").glob("draft_*.pt"))
+    chosen = out / "ckpts" / f"draft_{(step or ckpt['step']):06d}.pt"
+    if step is not None and not chosen.exists():
+        have = ", ".join(str(int(p.stem.split("_")[1])) for p in saved) or "none"
+        raise ValueError(f"no saved checkpoint for --step {step} in {out / 'ckpts'} (saved steps: {have})")
     target, tok = _teacher(False, 0)
+    if (ckpt.get("config") or {}).get("hidden") != target.config.hidden_size:  # a --fast checkpoint of older code
+        raise ValueError(fast_made)
     d2t = ckpt["d2t"]
     if n_sub:
         from .teacher import load_shards
@@ -156,9 +172,9 @@ def run_export(out: Path, dest: Path | None = None, k: int = 4, step: int | None
         d2t = export_subset(load_shards(out), tok, n_sub, target.config.vocab_size, tok.eos_token_id)
     cfg = EagleConfig(ckpt["config"], n_sub=len(d2t))
     model = EagleDraft(cfg, *_target_tables(target), d2t=d2t)
-    held = torch.load(out / "heldout.pt") if (out / "heldout.pt").exists() else []
+    held_path = out / "heldout.pt"
+    held = load_file(held_path, "the held-out set", "delete it and rerun heldout") if held_path.exists() else []
     curve = []
-    saved = sorted((out / "ckpts").glob("draft_*.pt"))
     for p in saved[curve_every - 1::curve_every]:
         s = int(p.stem.split("_")[1])
         val = next((e.get("val_acc") for e in ckpt["log"] if e["step"] == s), None)
@@ -167,8 +183,7 @@ def run_export(out: Path, dest: Path | None = None, k: int = 4, step: int | None
             entry["heldout"] = checkpoint_alpha(out, p, model, held, k)
         curve.append(entry)
         print(json.dumps(curve[-1]), flush=True)
-    _load_weights(model, ckpt["model"] if step is None else torch.load(out / "ckpts" / f"draft_{step:06d}.pt"))
-    chosen = out / "ckpts" / f"draft_{(step or ckpt['step']):06d}.pt"
+    _load_weights(model, ckpt["model"] if step is None else load_file(chosen, "the checkpoint", "pick another --step"))
     if held and chosen.exists():
         final = checkpoint_alpha(out, chosen, model, held, k)  # cached if the curve already scored it
         _load_weights(model, torch.load(chosen))
@@ -176,9 +191,26 @@ def run_export(out: Path, dest: Path | None = None, k: int = 4, step: int | None
         final = offline_alpha(EagleDrafter(model), held, k) if held else None
     info = {"training": {"steps": ckpt["step"] if step is None else step, "positions": ckpt.get("positions"),
                          "seed": ckpt["seed"], f"heldout_offline_alpha_k{k}": final}}
-    save_draft(model, dest, DEFAULT_DRAFT_NAME, extra=info)
-    (dest / f"{DEFAULT_DRAFT_NAME}_curve.json").write_text(json.dumps(
-        {"k": k, "curve": curve, "log": [{kk: e[kk] for kk in ("step", "loss", "val_acc", "seconds") if kk in e}
-                                          for e in ckpt["log"]]}, indent=0))
+    curve_json = json.dumps({"k": k, "curve": curve, "log": [{kk: e[kk] for kk in ("step", "loss", "val_acc", "seconds")
+                                                              if kk in e} for e in ckpt["log"]]}, indent=0)
+    _publish(dest, lambda tmp: (save_draft(model, tmp, DEFAULT_DRAFT_NAME, extra=info),
+                                (tmp / f"{DEFAULT_DRAFT_NAME}_curve.json").write_text(curve_json)))
     return info
+
+
+def _publish(dest: Path, write) -> None:
+    """``write(tmp)`` into a temporary folder next to ``dest``, then each file renamed into ``dest``: an
+    interrupted export leaves the shipped draft as it was, never a half-written weights file."""
+    import os
+    import shutil
+
+    tmp = dest.parent / f".{dest.name}.export-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        write(tmp)
+        dest.mkdir(parents=True, exist_ok=True)
+        for f in sorted(tmp.iterdir()):
+            os.replace(f, dest / f.name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 

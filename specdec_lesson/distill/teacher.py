@@ -8,7 +8,9 @@ Two ways, both recording for every position the token and the target's last hidd
 * ``teacher_forced_rows`` / ``run_corpus``: one forward over a given text (real code as the reply to a code
   prompt): about 5x more positions per second, on text the target did not write (its laws are still the labels).
 
-Shards are written atomically (``atomic_save``) and skipped when present, so an interrupted run resumes.
+Shards are written atomically (``atomic_save``: a temporary file, fsync, rename) and skipped when present, so an
+interrupted run resumes; ``load_shards`` names a shard that is unreadable anyway (a copy cut short, a full disk)
+and says how to remake it.
 """
 
 from __future__ import annotations
@@ -20,14 +22,33 @@ import torch
 
 from .data import chat_text, training_prompts
 
-__all__ = ["atomic_save", "generate_teacher", "teacher_forced_rows", "run_gen", "run_corpus", "load_shards"]
+__all__ = ["atomic_save", "load_file", "generate_teacher", "teacher_forced_rows", "run_gen", "run_corpus", "load_shards",
+           "shard_paths"]
 
 
 def atomic_save(obj, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)  # atomic: the file is complete or absent
+    try:
+        with open(tmp, "wb") as fh:
+            torch.save(obj, fh)
+            fh.flush()
+            os.fsync(fh.fileno())  # on disk before the rename: a crash leaves the old file or the whole new one
+        os.replace(tmp, path)  # atomic: the file is complete or absent
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def load_file(path: Path, what: str, fix: str):
+    """``torch.load(path)``, or one ValueError naming the file, what it is and ``fix`` if it is unreadable."""
+    try:
+        return torch.load(path)
+    except FileNotFoundError:
+        raise ValueError(f"{what} {path} does not exist; {fix}") from None
+    except Exception as exc:  # a truncated zip, a bad pickle, ...: whatever torch raises
+        msg = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ValueError(f"{what} {path} is unreadable, truncated or corrupt ({type(exc).__name__}: {msg}); {fix}") from None
 
 
 def _teacher(fast: bool, seed: int):
@@ -121,10 +142,20 @@ def run_corpus(out: Path, n: int, seed: int, shard_size: int = 64, budget: int =
     return written
 
 
+def shard_paths(out: Path) -> list[Path]:
+    return sorted((out / "data").glob("shard_*.pt"))
+
+
 def load_shards(out: Path) -> list[dict]:
+    """Every row of every shard under ``out/data``; ValueError naming a shard that is unreadable or malformed."""
     rows = []
-    for p in sorted((out / "data").glob("shard_*.pt")):
-        rows.extend(torch.load(p))
+    for p in shard_paths(out):
+        cmd = "corpus" if p.name.startswith("shard_tf") else "gen"
+        fix = f"delete it and rerun {cmd} with the same arguments to rewrite it"
+        part = load_file(p, "the teacher shard", fix)
+        if not isinstance(part, list) or not all(isinstance(r, dict) and {"tokens", "feats", "n_prompt"} <= set(r) for r in part):
+            raise ValueError(f"the teacher shard {p} is not a list of rows with tokens, feats and n_prompt; {fix}")
+        rows.extend(part)
     return rows
 
 

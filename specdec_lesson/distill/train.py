@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .teacher import _teacher, atomic_save, load_shards
+from .teacher import _teacher, atomic_save, load_file, load_shards, shard_paths
 
 __all__ = ["run_train", "draft_loss", "choose_subset", "init_from_target"]
 
@@ -97,6 +97,25 @@ def _lr(step: int, total: int, lr: float, warmup: int) -> float:
     return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
 
 
+def _check_resume(path: Path, ckpt: dict, made: dict) -> None:
+    """A resumed run must use the settings that made the checkpoint (``--steps`` may change: training further)."""
+    if not isinstance(ckpt, dict) or not {"model", "opt", "step", "log", "d2t"} <= set(ckpt):
+        raise ValueError(f"{path} is not a training checkpoint of this trainer; delete it to train again from step 0")
+    old = ckpt.get("made")
+    if old is None:
+        return  # older checkpoint: the shape comparison after the target is loaded still catches --fast
+    diff = [k for k in made if old.get(k) != made[k]]
+    if not diff:
+        return
+    if "fast" in diff:
+        was = "with --fast (the tiny random target)" if old["fast"] else "without --fast (the real target)"
+        raise ValueError(f"{path} was made {was}, and this run is {'with' if made['fast'] else 'without'} --fast; rerun "
+                         f"{'with' if old['fast'] else 'without'} --fast, or use another --out (or delete it) to start over")
+    flags = ", ".join(f"--{k.replace('_', '-')} {old.get(k)} (this run: {made[k]})" for k in diff)
+    raise ValueError(f"{path} was made with {flags}; a resume must use the same settings to equal an uninterrupted run: "
+                     "rerun with them, or use another --out (or delete it) to start over")
+
+
 def run_train(out: Path, total_steps: int, budget: int = 3072, lr: float = 6e-4, n_sub: int = 6144, unroll: int = 2,
               seed: int = 0, fast: bool = False, ckpt_every: int = 50, val_every: int = 50, progress: bool = True,
               stop_after: int | None = None, prompt_weight: float = 0.5, reload: bool = False) -> dict:
@@ -108,19 +127,30 @@ def run_train(out: Path, total_steps: int, budget: int = 3072, lr: float = 6e-4,
 
     from ..drafters.eagle import EagleConfig, EagleDraft, _target_tables
 
+    if not shard_paths(out):  # before loading the target
+        raise ValueError(f"no teacher data under {out / 'data'} (no shard_*.pt); run the gen (or corpus) command with "
+                         "the same --out first")
+    ckpt_path = out / "ckpt.pt"
+    made = {"fast": bool(fast), "n_sub": n_sub, "budget": budget, "lr": lr, "unroll": unroll, "seed": seed,
+            "prompt_weight": prompt_weight}
+    ckpt = load_file(ckpt_path, "the checkpoint", "delete it to train again from step 0") if ckpt_path.exists() else None
+    if ckpt is not None:
+        _check_resume(ckpt_path, ckpt, made)
     torch.manual_seed(seed)  # nothing random is drawn below; model init is overwritten or seeded here
     target, _ = _teacher(fast, seed)
     rows = load_shards(out)
-    if not rows:
-        raise ValueError(f"no teacher data under {out / 'data'}; run the gen command first")
     val = [r for i, r in enumerate(rows) if i % 25 == 24] or rows[-2:]
     train = [r for i, r in enumerate(rows) if i % 25 != 24] or rows
     V = target.get_input_embeddings().weight.shape[0]
     eos = target.config.eos_token_id if target.config.eos_token_id is not None else 2
-    ckpt_path = out / "ckpt.pt"
-    ckpt = torch.load(ckpt_path) if ckpt_path.exists() else None
     d2t = ckpt["d2t"] if ckpt else choose_subset(train, n_sub, V, always=(eos,))
     model = EagleDraft(EagleConfig.from_target(target, len(d2t)), *_target_tables(target), d2t=d2t)
+    if ckpt and dict(ckpt.get("config", {})) != dict(model.cfg):  # a checkpoint from before ``made`` was recorded
+        old_cfg = ckpt.get("config") or {}
+        diff = ", ".join([f"{k} {old_cfg.get(k)} (this run: {v})" for k, v in model.cfg.items() if old_cfg.get(k) != v][:2])
+        raise ValueError(f"{ckpt_path} was made for another target or draft shape ({diff}): probably made "
+                         f"{'without' if fast else 'with'} --fast; rerun {'without' if fast else 'with'} --fast, or use "
+                         "another --out (or delete it) to start over")
     init_from_target(model, target)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
@@ -177,7 +207,7 @@ def run_train(out: Path, total_steps: int, budget: int = 3072, lr: float = 6e-4,
         log.append(entry)
         if step % ckpt_every == 0 or step == end:
             ckpt = {"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "log": log, "d2t": d2t,
-                    "config": dict(model.cfg), "seed": seed, "positions": sum(len(r["tokens"]) for r in train)}
+                    "config": dict(model.cfg), "seed": seed, "positions": sum(len(r["tokens"]) for r in train), "made": made}
             atomic_save(ckpt, ckpt_path)
             if step % ckpt_every == 0:
                 atomic_save(model.state_dict(), out / "ckpts" / f"draft_{step:06d}.pt")
