@@ -1,127 +1,225 @@
-"""``--engine vllm``: the same prompts through vLLM's own speculative decoding (GPU only).
+"""vLLM as the benchmark's peer: methods ``vllm``, ``vllm-ngram`` and ``vllm-eagle`` (``--engine vllm``).
 
-vLLM's current API (docs.vllm.ai, features/speculative_decoding): ``LLM(model=target,
-speculative_config={"method": "draft_model", "model": draft, "num_speculative_tokens": K})`` for
-a draft model and ``{"method": "ngram", "num_speculative_tokens": K, "prompt_lookup_max": n}``
-for prompt lookup; no ``speculative_config`` is the plain baseline.  Each configuration is its own
-engine owning the GPU memory, so here the runs are grouped per method (not interleaved like the
-native runner), with the same prompts, token ids, max_new_tokens, sampling settings and seeds.
-Acceptance counters are not collected (vLLM exposes them through its metrics, not per request).
-Untested on the CPU development machines (no vLLM, no GPU there).
+vLLM needs ``transformers<5.20`` and the course pins 5.24, so vLLM lives in its own venv
+(``.venv-vllm``, made by ``bash benchmarks/setup_vllm.sh``).  Each vLLM configuration is one
+worker process there (``vllm_worker.py``: one ``vllm.LLM``, JSON lines over stdin/stdout), started
+once before the warm-up and kept alive, so the native runner interleaves the vLLM methods with its
+own exactly as it interleaves its own (for every prompt and repeat, every method once, in a rotated
+order).  The same prompt token ids, ``max_new_tokens``, sampling settings, stop tokens and per-call
+seeds go to vLLM; the reply's tokens are decoded with the course's tokenizer.
+
+Methods (the vLLM peer of ours in brackets):
+
+* ``vllm`` - plain decoding (``ar``);
+* ``vllm-ngram`` - vLLM's n-gram prompt lookup, K drafts, n-grams of ``prompt_lookup_ngram`` down to 1
+  tokens (``prompt-lookup``);
+* ``vllm-eagle`` - the course's shipped EAGLE draft, exported by ``distill/export_vllm.py`` and run
+  by vLLM's EAGLE proposer (``chain``, default pair only).
+
+Fairness on a CPU: vLLM's compute threads are bound to the cores torch uses for our methods
+(``VLLM_CPU_OMP_THREADS_BIND=0-(threads-1)`` unless set), and between its calls each worker's
+process group is stopped (SIGSTOP; SIGCONT before the next call), so idle vLLM processes take no
+CPU time from our methods (``SPECDEC_VLLM_PAUSE=0`` turns that off).  ``wall_s`` is timed by the
+runner around the call (JSON transport included, about a millisecond); the worker's own time of
+``LLM.generate`` is kept in ``stats["vllm_generate_s"]``.  Acceptance counters come from vLLM's
+speculative-decoding metrics, per call: ``accepted``/``proposed`` drafts, ``target_forwards`` =
+new tokens - accepted (every target forward emits one token plus its accepted drafts).
+
+Environment: ``SPECDEC_VLLM_PYTHON`` (the vLLM venv's python, default ``<repo>/.venv-vllm/bin/python``),
+``VLLM_CPU_KVCACHE_SPACE`` (GiB, default 1 per worker), ``SPECDEC_VLLM_GPU_MEM`` (GPU memory fraction
+per worker on CUDA, default 0.8 / (workers + 1)), ``SPECDEC_VLLM_EAGER`` (1: ``enforce_eager``, the
+default on a CPU; 0: vLLM's torch.compile and CUDA graphs, the default on CUDA).
+
+On a GPU machine (untested here: no GPU was available)::
+
+    bash benchmarks/setup_vllm.sh --gpu
+    python -m specdec_lesson.bench --engine vllm --device cuda --method ar,prompt-lookup,chain --limit 8 --max-new-tokens 96
 """
 
 from __future__ import annotations
 
-import gc
-import sys
-import time
-from datetime import UTC
+import os
 
-from . import tasks as T
-from .metrics import prompt_table, task_table
-from .runner import PAIRS, RESULTS_FORMAT, BenchSettings, _git_revision, machine_info
+from .vllm_process import (  # noqa: F401  (re-exported: the engine's public names)
+    _WORKERS,
+    LOAD_TIMEOUT_S,
+    VllmWorker,
+    _cpu_env,
+    check_available,
+    close_all,
+    cpu_problem,
+    start_worker,
+    vllm_python,
+)
 
-__all__ = ["run_vllm", "VLLM_METHODS"]
+__all__ = ["VLLM_METHODS", "PEERS", "vllm_python", "cpu_problem", "check_available", "VllmWorker", "start_worker",
+           "prepare", "run_one", "close_all", "peer_methods", "add_vllm_speedups"]
 
-VLLM_METHODS = ("ar", "chain", "prompt-lookup")
-
-
-def _require_vllm():
-    import torch
-
-    try:
-        import vllm
-    except ImportError:
-        raise ValueError("--engine vllm needs the 'vllm' package (pip install vllm) and a CUDA GPU; "
-                         "vllm is not installed") from None
-    if not torch.cuda.is_available():
-        raise ValueError("--engine vllm needs a CUDA GPU, and none is available")
-    return vllm
+VLLM_METHODS = ("vllm", "vllm-ngram", "vllm-eagle")
+PEERS = {"ar": "vllm", "prompt-lookup": "vllm-ngram", "chain": "vllm-eagle"}  # our method -> its vLLM peer
 
 
-def run_vllm(s: BenchSettings, *, pair: str | None, target: str | None, draft: str | None, progress: bool = True) -> dict:
-    s.validate()
-    bad = [m for m in s.methods if m not in VLLM_METHODS]
-    if bad:
-        raise ValueError(f"--engine vllm runs only {', '.join(VLLM_METHODS)}; not {', '.join(bad)}")
-    if target or draft:
-        tname, dname = target, draft
-    elif pair in PAIRS and PAIRS[pair]:
-        tname, dname = PAIRS[pair]
-    elif pair == "default":
+def _target_path(loaded) -> str:
+    pair = (loaded.info or {}).get("pair")
+    if pair == "default":
         from ..models import default_target_cache_dir
 
-        tname, dname = str(default_target_cache_dir()), None
-    else:
-        raise ValueError(f"--engine vllm needs a hub pair ({', '.join(k for k, v in PAIRS.items() if v)}) or --target/--draft")
-    if "chain" in s.methods and not dname:
-        raise ValueError("method 'chain' under vLLM needs a draft model path (--draft)")
-    vllm = _require_vllm()
-    from tqdm.auto import tqdm
-    from transformers import AutoTokenizer
+        return str(default_target_cache_dir())
+    if pair == "tiny":
+        raise ValueError("the vLLM methods need a model vLLM can load from disk or the hub; the tiny pair exists only "
+                         "in memory (use --pair default)")
+    return str(loaded.info["target"])
 
-    tok = AutoTokenizer.from_pretrained(tname)
-    items = {t: T.task_items(t, s.limit, s.prompts_file) for t in s.tasks}
-    enc = {t: [tok(T.chat(tok, it["text"]), add_special_tokens=False)["input_ids"] for it in its] for t, its in items.items()}
-    labels = s.labels()
-    runs = []
-    first_tokens: dict[tuple, list[int]] = {}
-    bar = tqdm(total=sum(len(v) for v in items.values()) * s.repeats * len(labels), desc="vllm", disable=not progress,
-               file=sys.stderr)
-    for label, method, k in labels:
-        spec = None
-        if method == "chain":
-            spec = {"method": "draft_model", "model": dname, "num_speculative_tokens": k}
-        elif method == "prompt-lookup":
-            spec = {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": s.prompt_lookup_ngram,
-                    "prompt_lookup_min": 1}
-        llm = vllm.LLM(model=tname, speculative_config=spec, seed=s.seed)
 
-        def params(seed: int):
-            kw = dict(temperature=s.temperature, max_tokens=s.max_new_tokens, seed=seed)
-            if s.top_p is not None:
-                kw["top_p"] = s.top_p
-            if s.top_k is not None:
-                kw["top_k"] = s.top_k
-            return vllm.SamplingParams(**kw)
+def _dtype(loaded) -> str:
+    import torch
 
-        first = next(t for t in s.tasks if enc[t])
-        for _ in range(s.warmup):
-            llm.generate([{"prompt_token_ids": enc[first][0]}], params(s.seed), use_tqdm=False)
-        for ti, task in enumerate(s.tasks):
-            for pi, (item, ids) in enumerate(zip(items[task], enc[task])):
-                for r in range(s.repeats):
-                    seed = s.seed * 10_000_000 + ti * 1_000_000 + pi * 100 + r
-                    t0 = time.perf_counter()
-                    out = llm.generate([{"prompt_token_ids": ids}], params(seed), use_tqdm=False)[0].outputs[0]
-                    wall = time.perf_counter() - t0
-                    toks = list(out.token_ids)
-                    rec = {"task": task, "prompt_id": item["id"], "label": label, "method": method, "k": k, "repeat": r,
-                           "seed": seed, "prompt_tokens": len(ids), "wall_s": wall, "new_tokens": len(toks), "stats": None}
-                    if r == 0:
-                        rec["text"] = out.text
-                        first_tokens[(task, item["id"], label)] = toks
-                        if task == "math":
-                            rec["correct"] = T.answer_matches(out.text, item["answer"])
-                    runs.append(rec)
-                    bar.update(1)
-        del llm
-        gc.collect()
-    bar.close()
-    for rec in runs:
-        if rec["repeat"] == 0:
-            ar = first_tokens.get((rec["task"], rec["prompt_id"], "ar"))
-            mine = first_tokens[(rec["task"], rec["prompt_id"], rec["label"])]
-            rec["equal_ar"] = (mine == ar) if s.temperature == 0 and ar is not None else None
-    from dataclasses import asdict
-    from datetime import datetime
+    dt = next(loaded.target.parameters()).dtype
+    return {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}.get(dt, "auto")
 
-    return {
-        "format": RESULTS_FORMAT, "complete": True, "engine": f"vllm {vllm.__version__}",
-        "created": datetime.now(UTC).isoformat(timespec="seconds"), "machine": machine_info(), "git": _git_revision(),
-        "pair": {"pair": pair if not target else "custom", "target": tname, "draft": dname}, "device": "cuda",
-        "settings": asdict(s), "labels": [{"label": a, "method": m, "k": k} for a, m, k in labels],
-        "definitions": "as the native engine; vLLM runs are grouped per method; alpha/tau not collected",
-        "notes": ["vLLM engine: runs grouped per method (one engine at a time), not interleaved"],
-        "runs": runs, "per_prompt": prompt_table(runs), "per_task": task_table(runs),
-    }
+
+def _eos_list(eos) -> list[int]:
+    if eos is None:
+        return []
+    return [int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])]
+
+
+def _spec_config(loaded, method: str, k: int | None, s) -> tuple[dict | None, bool]:
+    if method == "vllm":
+        return None, False
+    if method == "vllm-ngram":
+        return {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": s.prompt_lookup_ngram,
+                "prompt_lookup_min": 1}, False
+    if (loaded.info or {}).get("pair") != "default":
+        raise ValueError("method 'vllm-eagle' runs the course's shipped EAGLE draft, which exists for the default pair only")
+    from ..distill.export_vllm import ensure_exported
+
+    folder = ensure_exported(loaded.target)
+    return {"method": "eagle", "model": str(folder), "num_speculative_tokens": k}, True
+
+
+def _key(loaded, method: str, k: int | None, s) -> tuple:
+    return (method, k, _target_path(loaded), _dtype(loaded), s.prompt_lookup_ngram if method == "vllm-ngram" else None)
+
+
+def prepare(loaded, labels, s) -> None:
+    """Start a worker for every vLLM label, in parallel (a live worker of an earlier call with the same
+    configuration is reused); any failure raises one line.  Adds a note to ``loaded.notes``."""
+    import torch
+
+    wanted = [(m, k) for _, m, k in labels if m in VLLM_METHODS]
+    if not wanted:
+        return
+    py = check_available()
+    model, dtype = _target_path(loaded), _dtype(loaded)
+    device = str(loaded.device)
+    env = {} if device.startswith("cuda") else _cpu_env(torch.get_num_threads())
+    pause = os.environ.get("SPECDEC_VLLM_PAUSE", "1") != "0"
+    eager = os.environ.get("SPECDEC_VLLM_EAGER", "0" if device.startswith("cuda") else "1") != "0"
+    for key in [key for key, w in _WORKERS.items() if w.proc.poll() is not None]:
+        _WORKERS.pop(key).close()  # died since: start anew
+    todo = [(m, k) for m, k in wanted if _key(loaded, m, k, s) not in _WORKERS]
+    loads = []
+    for m, k in todo:
+        spec, custom = _spec_config(loaded, m, k, s)
+        extra = {}
+        if device.startswith("cuda"):
+            extra["gpu_memory_utilization"] = float(os.environ.get("SPECDEC_VLLM_GPU_MEM", 0.8 / (len(todo) + 1)))
+        loads.append((m, k, {"model": model, "dtype": dtype, "speculative_config": spec, "seed": s.seed,
+                             "max_model_len": 2048, "enforce_eager": eager, "register_specdec_eagle": custom,
+                             "extra": extra}))
+    workers = [(m, k, VllmWorker(py, env=env, pause=pause, name=f"{m}-k{k}" if k else m), load) for m, k, load in loads]
+    try:
+        for _, _, w, _ in workers:  # all import vllm and build their engines at the same time
+            w.wait_ready()
+        for _, _, w, load in workers:
+            w.send({"op": "load", **load})
+        for _, _, w, load in workers:
+            reply = w.receive(LOAD_TIMEOUT_S)
+            if not reply.get("ok"):
+                raise RuntimeError(f"vLLM refused to start '{w.name}' ({load['model']}, speculative_config="
+                                   f"{load['speculative_config']}): {reply.get('error')} (log: {w.log_path})")
+            w.info.update(reply)
+            w.pause()
+    except BaseException:
+        for _, _, w, _ in workers:
+            w.kill()
+        raise
+    for m, k, w, _ in workers:
+        _WORKERS[_key(loaded, m, k, s)] = w
+    used = [_WORKERS[_key(loaded, m, k, s)] for m, k in wanted]
+    names = ", ".join(w.name for w in used)
+    load_s = ", ".join(f"{w.name} {w.info.get('load_s', 0):.0f} s" for w in used)
+    note = (f"vLLM {used[0].info.get('vllm')} methods ({names}): worker processes in {py.parent.parent}, model {model} "
+            f"({dtype}), same prompt ids, max_new_tokens, sampling settings and stop tokens; engine load {load_s}")
+    if not device.startswith("cuda"):
+        bind = env.get("VLLM_CPU_OMP_THREADS_BIND", os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto"))
+        note += f"; VLLM_CPU_OMP_THREADS_BIND={bind}"
+    note += "; enforce_eager" if eager else "; torch.compile and CUDA graphs on (enforce_eager off)"
+    if pause:
+        note += "; idle workers stopped (SIGSTOP) while other methods run"
+    loaded.notes.append(note)
+
+
+def run_one(loaded, method: str, k: int | None, ids: list[int], s, seed: int) -> tuple[list[int], dict]:
+    """One generation by the vLLM worker of (method, k): (new token ids, stats dict as the runner's)."""
+    w = _WORKERS.get(_key(loaded, method, k, s))
+    if w is None:
+        raise RuntimeError(f"no vLLM worker for {method} k={k}: prepare() was not called")
+    req = {"op": "generate", "prompt_token_ids": [int(t) for t in ids], "max_tokens": s.max_new_tokens,
+           "temperature": s.temperature, "top_k": s.top_k or None, "top_p": s.top_p, "seed": seed,
+           "stop_token_ids": _eos_list(loaded.eos_token_id)}
+    reply = w.request(req)
+    toks = [int(t) for t in reply["token_ids"]]
+    return toks, _stats(toks, k if method != "vllm" else 0, reply)
+
+
+def _stats(toks: list[int], k: int, reply: dict) -> dict:
+    n = len(toks)
+    spec = reply.get("spec") or {}
+    acc = int(spec.get("accepted_tokens", 0))
+    drafts = int(spec.get("drafts", 0))
+    per_pos = list(spec.get("accepted_per_pos") or [])
+    hist, rejections = None, 0
+    if k and drafts:
+        ge = [drafts] + per_pos[:k] + [0] * max(0, k - len(per_pos))  # ge[j]: drafting steps with >= j accepted
+        ge.append(0)
+        hist = [ge[j] - ge[j + 1] for j in range(k + 1)]
+        rejections = drafts - ge[k]  # one rejected draft in every step that did not accept all k
+    return {"k": k, "accepted": acc, "rejections": rejections, "proposed": int(spec.get("draft_tokens", 0)),
+            "emitted": n, "row_steps": n - acc,
+            "target_forwards": n - acc, "draft_forwards": 0, "accept_hist": hist or [],
+            "drafting_steps": drafts, "vllm_generate_s": reply.get("wall_s")}
+
+
+# ------------------------------------------------------------------------- --engine vllm, results
+def peer_methods(methods: list[str], explicit: bool) -> list[str]:
+    """``--engine vllm``: our methods and their vLLM peers.  Without an explicit ``--method``:
+    ar, prompt-lookup, vllm, vllm-ngram; with one: those methods plus the peer of each."""
+    if not explicit:
+        return ["ar", "prompt-lookup", "vllm", "vllm-ngram"]
+    out = list(methods)
+    for m in methods:
+        peer = PEERS.get(m)
+        if peer and peer not in out:
+            out.append(peer)
+    if not any(m in VLLM_METHODS for m in out):
+        pairs = ", ".join(f"{a} -> {b}" for a, b in PEERS.items())
+        raise ValueError(f"--engine vllm: none of {', '.join(methods)} has a vLLM peer ({pairs}); "
+                         f"add one of {', '.join(VLLM_METHODS)} to --method")
+    return out
+
+
+def add_vllm_speedups(results: dict) -> dict:
+    """Add ``speedup_vs_vllm`` (tokens/s over vLLM's own plain decoding, same prompt / task) to the tables."""
+    for key, idx in (("per_prompt", ("task", "prompt_id")), ("per_task", ("task",))):
+        rows = results.get(key) or []
+        base = {tuple(r[i] for i in idx): r["tokens_per_s"] for r in rows if r.get("label") == "vllm"}
+        for r in rows:
+            b = base.get(tuple(r[i] for i in idx))
+            tps = r.get("tokens_per_s")
+            r["speedup_vs_vllm"] = tps / b if b and tps is not None and tps == tps else None
+    if any(r.get("label") == "vllm" for r in results.get("per_task") or []):
+        results.setdefault("notes", []).append("speedup_vs_vllm: tokens/s over vLLM's plain decoding (method vllm); "
+                                               "speedup: over our ar, as everywhere")
+    return results
