@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import torch
 
-from .block_verify import VERIFY_RULES, verify_block_from_randoms
 from .drafters import Drafter, ModelDrafter
 from .generation import Clock, Outputs, check_run, eos_of, prepare_inputs
 from .kvcache import SlotCache
 from .models import check_same_vocab
 from .sampling import SamplingConfig, as_float, sample_from_probs
 from .stats import SpecStats
-from .verify import draw_verify_randoms, race_sample, verify_chain_from_randoms
+from .verify import VERIFY_RULES, draw_verify_randoms, race_sample, verify_block_from_randoms, verify_chain_from_randoms
 
 __all__ = ["autoregressive_generate", "speculative_generate", "prepare_inputs"]  # prepare_inputs re-exported
 
@@ -91,7 +90,7 @@ def speculative_generate(
     new tokens (EOS kept, nothing after it) and a :class:`SpecStats`.
 
     ``verify``: ``"token"`` (Leviathan's token-level rule, default; ``use_kernels`` may fuse it) or
-    ``"block"`` (block verification, Sun et al. 2024, :mod:`specdec_lesson.block_verify`): also
+    ``"block"`` (block verification, Sun et al. 2024, :mod:`specdec_lesson.verify.block`): also
     exact, the same random numbers, never fewer accepted drafts in expectation (torch only)."""
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be an integer >= 1, got {k!r}")

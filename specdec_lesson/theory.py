@@ -9,7 +9,7 @@ so P(tau >= i) <= sum_{x^i} min(p^i(x^i), q^i(x^i)) and E[tau] <= sum_i of that
 (:func:`expected_accepted_bound`).  Token-level verification reaches only sum_i beta^i for
 i.i.d. laws (:func:`token_expected_accepted`): it rejects at the first token with p < q even when
 the block as a whole is likelier under p.  Block verification (Sun et al. 2024,
-:mod:`specdec_lesson.block_verify`) carries a weight w_i = min(1, w_{i-1} p_i(X_i)/q_i(X_i)) along
+:mod:`specdec_lesson.verify.block`) carries a weight w_i = min(1, w_{i-1} p_i(X_i)/q_i(X_i)) along
 the block and accepts the longest prefix whose test u_i < h_i passes; it is still exact and is the
 best rule that only sees the drafted path's laws.  Their example, p = (1/3, 2/3), q = (2/3, 1/3),
 K = 2: token-level 10/9, block 11/9, the bound 12/9 (reachable only by a rule that knows the

@@ -12,7 +12,7 @@ last m tokens.  Three things are built on it:
   accept / residual / bonus, continuing across steps).  Losslessness is then an *equality*.
 * :func:`sample_speculative`: the same decoding with torch tensors and an explicit generator,
   many independent chains at once as a batch, driving the real :func:`verify_chain` (or any rule
-  with its signature, e.g. :func:`specdec_lesson.block_verify.verify_block`).
+  with its signature, e.g. :func:`specdec_lesson.verify.block.verify_block`).
 
 :mod:`specdec_lesson.toy_block` enumerates a step under any verification rule (token-level or
 block verification) from the rule's exact outcome law, with the same :func:`compose_steps`.

@@ -1,7 +1,7 @@
 """Exact enumeration of one speculative step under a chosen verification rule, on toy models.
 
 :func:`specdec_lesson.toy.speculative_step_law` walks Leviathan's token-level rule, stopping at
-the first rejection.  Block verification (:mod:`specdec_lesson.block_verify`) decides after
+the first rejection.  Block verification (:mod:`specdec_lesson.verify.block`) decides after
 seeing the whole block, so here every drafted block X_1..X_K (probability prod_i q_i(X_i)) is
 enumerated and handed to a *verifier*: a function ``(p_laws, q_laws, drafts) -> {(tau,
 next_token): Fraction}`` giving the exact law of the outcome, :func:`block_outcome_law` or
@@ -20,8 +20,8 @@ from collections.abc import Callable, Sequence
 from fractions import Fraction
 from functools import cache
 
-from .block_verify import block_outcome_law, token_outcome_law
 from .toy import MarkovLM, compose_steps, process_law
+from .verify import block_outcome_law, token_outcome_law
 
 __all__ = ["VERIFIERS", "verified_step_outcomes", "verified_step_law", "verified_joint", "expected_accepted"]
 

@@ -13,7 +13,12 @@ import pytest
 import torch
 
 from specdec_lesson import theory, toy
-from specdec_lesson.block_verify import (
+from specdec_lesson.models import tiny_llama
+from specdec_lesson.sampling import logits_to_probs
+from specdec_lesson.stats import chi_square_power, chi_square_test, noncentrality
+from specdec_lesson.toy_block import expected_accepted, verified_joint, verified_step_law
+from specdec_lesson.verify import draw_verify_randoms, verify_chain, verify_chain_from_randoms
+from specdec_lesson.verify.block import (
     block_outcome_law,
     block_thresholds,
     block_thresholds_exact,
@@ -21,11 +26,6 @@ from specdec_lesson.block_verify import (
     verify_block,
     verify_block_from_randoms,
 )
-from specdec_lesson.models import tiny_llama
-from specdec_lesson.sampling import logits_to_probs
-from specdec_lesson.stats import chi_square_power, chi_square_test, noncentrality
-from specdec_lesson.toy_block import expected_accepted, verified_joint, verified_step_law
-from specdec_lesson.verify import draw_verify_randoms, verify_chain, verify_chain_from_randoms
 
 F = Fraction
 LEVEL = 1e-3

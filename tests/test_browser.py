@@ -1,5 +1,7 @@
 """End to end in a real browser: JupyterLab + headless Chromium (Playwright) run notebook 06, move the
-K slider with the keyboard, and read the simulator's plotly figure back from the page (``gd.data``).
+K slider with the keyboard, and read the simulator's plotly figure back from the page (``gd.data``);
+and JupyterLab started with the README's command shows no "official Jupyter news" pop-up (while the
+same JupyterLab without the course's settings folder does: the check is not vacuous).
 
 Needs the Debian ``chromium`` package (/usr/bin/chromium, or $SPECDEC_CHROMIUM), Python ``playwright`` and
 ``jupyterlab``; skipped with the reason when one is missing.  The screenshot's path is printed
@@ -8,6 +10,7 @@ Needs the Debian ``chromium`` package (/usr/bin/chromium, or $SPECDEC_CHROMIUM),
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -21,6 +24,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK = REPO / "notebooks" / "06_latency_simulator.ipynb"
+LAB_SETTINGS = REPO / "jupyterlab-settings"  # the README: jupyter lab --LabApp.app_settings_dir=jupyterlab-settings notebooks/
+NEWS = "official Jupyter news"  # JupyterLab's consent toast: "Would you like to get notified about official Jupyter news?"
 CHROMIUM = os.environ.get("SPECDEC_CHROMIUM", "/usr/bin/chromium")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -76,8 +81,10 @@ def _wait(cond, timeout: float, what: str, poll: float = 0.5):
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
-@pytest.fixture
-def lab(tmp_path):
+@contextlib.contextmanager
+def _jupyter_lab(tmp_path, course_settings: bool):
+    """A JupyterLab server on a free port, started as the README starts it (``course_settings``: with
+    ``--LabApp.app_settings_dir`` pointing at the repository's settings folder) or without that flag."""
     reason = _missing()
     if reason:
         pytest.skip(reason)
@@ -93,10 +100,12 @@ def lab(tmp_path):
                JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "workspaces"), JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
                JUPYTERLAB_SETTINGS_DIR=str(tmp_path / "settings"))
     log = open(tmp_path / "jupyter.log", "w")
+    # the README's flag, relative to the repository root as there (the server runs in REPO, its files in root)
+    flags = [f"--LabApp.app_settings_dir={LAB_SETTINGS.relative_to(REPO)}"] if course_settings else []
     proc = subprocess.Popen(
         [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-         "--IdentityProvider.token=", "--ServerApp.password=", "--allow-root", f"--ServerApp.root_dir={root}"],
-        env=env, stdout=log, stderr=subprocess.STDOUT)
+         "--IdentityProvider.token=", "--ServerApp.password=", "--allow-root", f"--ServerApp.root_dir={root}", *flags],
+        env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
 
     def up() -> bool:
         try:
@@ -114,6 +123,53 @@ def lab(tmp_path):
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+
+
+@pytest.fixture
+def lab(tmp_path):
+    with _jupyter_lab(tmp_path, course_settings=True) as server:
+        yield server
+
+
+@pytest.fixture
+def lab_without_course_settings(tmp_path):
+    with _jupyter_lab(tmp_path, course_settings=False) as server:
+        yield server
+
+
+def _news_popup_seen(url: str, tmp: Path, wait_s: float) -> bool:
+    """Open JupyterLab's main page and report whether the news-consent toast shows within ``wait_s`` seconds
+    after the application shell is up."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        ctx = pw.chromium.launch_persistent_context(str(tmp / "profile"), executable_path=CHROMIUM, headless=True,
+                                                    args=FLAGS, viewport={"width": 1400, "height": 1000})
+        try:
+            page = ctx.new_page()
+            page.goto(f"{url}/lab")
+            page.wait_for_selector("#jp-main-dock-panel", timeout=120_000)
+            end = time.monotonic() + wait_s
+            while time.monotonic() < end:
+                if page.get_by_text(NEWS).count():
+                    return True
+                time.sleep(0.5)
+            return False
+        finally:
+            ctx.close()
+
+
+def test_readme_command_starts_lab_without_news_popup(lab):
+    """`jupyter lab --LabApp.app_settings_dir=jupyterlab-settings notebooks/`: no news pop-up in 20 s."""
+    url, tmp = lab
+    assert (LAB_SETTINGS / "overrides.json").exists()
+    assert not _news_popup_seen(url, tmp, wait_s=20), "JupyterLab asked about Jupyter news despite the course's settings"
+
+
+def test_news_popup_appears_without_the_course_settings(lab_without_course_settings):
+    """The control: the same JupyterLab without the settings folder does ask (so the check above can fail)."""
+    url, tmp = lab_without_course_settings
+    assert _news_popup_seen(url, tmp, wait_s=60), "the news pop-up never appeared: the check above would be vacuous"
 
 
 def test_notebook_06_slider_updates_figure_in_browser(lab):

@@ -92,3 +92,75 @@ def test_registry_is_labelled():
     }
     for fn in list(P.BUGGY_DRAFT_STEPS.values()) + list(P.BUGGY_VERIFIERS.values()):
         assert fn.__name__.startswith("buggy_") and "BUG" in fn.__doc__
+
+
+LOSSY = [(label, fn) for label, fn in P.LOSSY_VERIFIERS.items()]
+
+
+@pytest.mark.parametrize("label,fn", LOSSY, ids=[lab for lab, _ in LOSSY])
+def test_monte_carlo_rejects_each_lossy_shortcut(label, fn):
+    """Pitfall 9: a lossy verifier accepts MORE drafts than the exact rule and the same Monte Carlo test
+    (30,000 chains, K = 2, power >= 0.90 at TV 0.02) rejects its output law, with TV beyond 0.02."""
+    lossy, counts = P.count_acceptance(fn)
+    res = toy.mc_joint_check(TARGET, DRAFT, PROMPT, MC_N, 2, MC_BATCH, torch.Generator().manual_seed(1234),
+                             temperature=1.0, verify_fn=lossy)
+    assert res["p_value"] < MC_LEVEL and res["tv"] > MC_MIN_TV, (label, res["p_value"], res["tv"])
+    exact, exact_counts = P.count_acceptance(verify_chain)
+    ok = toy.mc_joint_check(TARGET, DRAFT, PROMPT, MC_N, 2, MC_BATCH, torch.Generator().manual_seed(1234),
+                            temperature=1.0, verify_fn=exact)
+    assert ok["p_value"] > MC_LEVEL
+    assert counts["alpha"]() > exact_counts["alpha"]() + 0.05, (counts["alpha"](), exact_counts["alpha"]())
+
+
+def test_relaxed_threshold_one_is_the_exact_rule():
+    """threshold = 1 leaves the uniforms unscaled: the same outputs as verify_chain, random number for random number."""
+    gen_a = torch.Generator().manual_seed(2)
+    tp = torch.softmax(torch.randn(64, 3, 5, generator=gen_a, dtype=torch.float64), -1)
+    dp = torch.softmax(torch.randn(64, 2, 5, generator=gen_a, dtype=torch.float64), -1)
+    dt = torch.randint(0, 5, (64, 2), generator=gen_a)
+    a = verify_chain(tp, dp, dt, torch.Generator().manual_seed(9))
+    b = P.lossy_verify_relaxed(tp, dp, dt, torch.Generator().manual_seed(9), threshold=1.0)
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    with pytest.raises(ValueError):
+        P.lossy_verify_relaxed(tp, dp, dt, threshold=0.0)
+
+
+def test_shared_position_counter_breaks_a_ragged_batch():
+    """Pitfall 7: rows of one batch keep 1, 5 and 3 of 5 verify slots (holes in rows 0 and 2).  With the
+    library's per-row positions every row's next logits equal the row alone; inside
+    ``buggy_shared_positions`` the rows with holes are off, the row without holes is not, and on exit
+    the engine's cache is restored."""
+    from specdec_lesson.kvcache import SlotCache
+    from specdec_lesson.models import tiny_llama
+
+    model = tiny_llama(seed=0)
+    original = SlotCache.forward
+    gen = torch.Generator().manual_seed(4)
+    prompts = torch.randint(0, 64, (3, 6), generator=gen)  # [B, L] equal lengths: no padding
+    step = torch.randint(0, 64, (3, 5), generator=gen)  # [B, K+1]
+    nxt = torch.randint(0, 64, (3, 1), generator=gen)  # [B, 1]
+    keep = [1, 5, 3]
+    errors = {}
+    for bug in (False, True):
+        ctx = P.buggy_shared_positions() if bug else torch.inference_mode()
+        with ctx, torch.inference_mode():
+            state = SlotCache(model, 3, "cpu")
+            state.forward(prompts)
+            since = state.num_slots
+            state.forward(step)
+            state.rollback(since, keep)
+            logits, _ = state.forward(nxt)  # [B, 1, V]
+            errors[bug] = []
+            for b in range(3):
+                row = prompts[b].tolist() + step[b, : keep[b]].tolist() + nxt[b].tolist()
+                alone = model(input_ids=torch.tensor([row])).logits[0, -1]  # [V]
+                errors[bug].append(float((alone - logits[b, -1]).abs().max()))
+    assert SlotCache.forward is original
+    assert max(errors[False]) < 1e-9
+    assert errors[True][1] < 1e-9 and min(errors[True][0], errors[True][2]) > 1e-4, errors[True]
+
+
+def test_lossy_registry_is_labelled():
+    for fn in P.LOSSY_VERIFIERS.values():
+        assert fn.__name__.startswith("lossy_") and "LOSSY (pitfall 9)" in fn.__doc__
+    assert "BUG (pitfall 7)" in P.buggy_shared_positions.__doc__

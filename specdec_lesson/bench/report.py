@@ -16,19 +16,34 @@ RESULTS_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 
 
 def _fmt(x, spec: str) -> str:
-    return "-" if x is None else format(x, spec)
+    if x is None:
+        width = spec.split(".")[0]
+        return "-".rjust(int(width)) if width.isdigit() else "-"
+    return format(x, spec)
+
+
+def alpha_and_utilisation(row: dict) -> tuple[float | None, float | None]:
+    """``(alpha, utilisation)`` of a per-task or per-prompt row.  Rows written before the course had one alpha
+    carry no ``utilisation`` key, and their ``alpha`` was accepted / proposed: it is returned as the utilisation,
+    with alpha unknown (None), never relabelled."""
+    if "utilisation" in row:
+        return row.get("alpha"), row["utilisation"]
+    return None, row.get("alpha")
 
 
 def format_table(results: dict) -> str:
-    """Per task and method: tokens/s, speedup (throughput ratio and median per prompt), alpha, tau,
+    """Per task and method: tokens/s, speedup (throughput ratio and median per prompt), alpha (per-token
+    acceptance, accepted / (accepted + rejections)), utilisation (accepted / proposed drafts), tau,
     target forwards per token, accuracy / pass@1 and greedy equality with ar."""
-    head = (f"{'task':8} {'method':22} {'n':>3} {'tok/s':>8} {'speedup':>8} {'med':>6} {'alpha':>6} {'tau':>5} "
+    head = (f"{'task':8} {'method':22} {'n':>3} {'tok/s':>8} {'speedup':>8} {'med':>6} {'alpha':>6} {'util':>5} {'tau':>5} "
             f"{'fwd/tok':>7} {'acc':>5} {'pass':>5} {'=ar':>5}")
     lines = [head, "-" * len(head)]
     for r in results["per_task"]:
+        alpha, util = alpha_and_utilisation(r)
         lines.append(
             f"{r['task']:8} {r['label']:22} {r['prompts']:>3} {_fmt(r['tokens_per_s'], '8.2f')} {_fmt(r['speedup'], '7.2f')}x "
-            f"{_fmt(r['speedup_median'], '5.2f')}x {_fmt(r['alpha'], '6.3f')} {_fmt(r['tau'], '5.2f')} "
+            f"{_fmt(r['speedup_median'], '5.2f')}x {_fmt(alpha, '6.3f')} {_fmt(util, '5.2f')} "
+            f"{_fmt(r['tau'], '5.2f')} "
             f"{_fmt(r['target_forwards_per_token'], '7.3f')} {_fmt(r['accuracy'], '5.2f')} {_fmt(r['pass_at_1'], '5.2f')} "
             f"{_fmt(r['equal_ar_rate'], '5.2f')}"
         )
@@ -39,7 +54,7 @@ def make_figures(results: dict) -> list:
     """plotly figures: speedup and alpha per task/method, accepted-length histograms, tokens/s."""
     import plotly.graph_objects as go
 
-    rows = results["per_task"]
+    rows = [dict(r, alpha=alpha_and_utilisation(r)[0]) for r in results["per_task"]]
     tasks = sorted({r["task"] for r in rows})
     labels = [lab["label"] for lab in results["labels"] if any(r["label"] == lab["label"] for r in rows)]
 
@@ -57,7 +72,7 @@ def make_figures(results: dict) -> list:
 
     figs = [bars("speedup", "Speedup over plain decoding (ar), same run", "tokens/s ratio")]
     figs[0].add_hline(y=1.0, line_dash="dash", line_color="gray")
-    figs.append(bars("alpha", "Acceptance rate alpha (accepted / proposed drafts)", "alpha", skip_ar=True))
+    figs.append(bars("alpha", "Per-token acceptance alpha = accepted / (accepted + rejections)", "alpha", skip_ar=True))
     hist = go.Figure()
     for r in rows:
         h = r.get("accept_hist")

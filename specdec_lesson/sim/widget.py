@@ -155,6 +155,37 @@ class Simulator:
             f"E[tokens/step] = {e:.2f}; speedup at K={k}: <b>{t.speedup:.2f}x</b>; best K = {kbest} "
             f"({curve[kbest - 1]:.2f}x)<br>ridge point {hw.ridge_point:.0f} FLOP/byte" + warn)
 
+    def static_figure(self) -> go.Figure:
+        """The four figures of the current state as one plain plotly figure (2 x 2 panels, the summary as
+        its title): what :func:`specdec_lesson.figures.show_static` renders to a PNG for readers without a
+        kernel.  The stacked time breakdown is drawn with explicit bar bases, so one ``barmode`` serves all."""
+        import re
+
+        from plotly.subplots import make_subplots
+
+        titles = [f.layout.title.text for f in (self.fig_speedup, self.fig_tokens, self.fig_breakdown, self.fig_timeline)]
+        fig = make_subplots(rows=2, cols=2, subplot_titles=titles, horizontal_spacing=0.1, vertical_spacing=0.16)
+        for tr in self.fig_speedup.data:
+            fig.add_trace(go.Scatter(tr), row=1, col=1)
+        fig.add_trace(go.Bar(self.fig_tokens.data[0], showlegend=False), row=1, col=2)
+        base = [0.0] * len(self.fig_breakdown.data[0].x)
+        for tr in self.fig_breakdown.data:
+            fig.add_trace(go.Bar(tr, base=list(base)), row=2, col=1)
+            base = [b + x for b, x in zip(base, tr.x)]
+        for tr in self.fig_timeline.data:
+            fig.add_trace(go.Bar(tr, showlegend=False), row=2, col=2)
+        for shape in self.fig_speedup.layout.shapes:
+            fig.add_shape(shape, row=1, col=1)
+        summary = re.sub(r"<(?!br>|/?b>)[^>]*>", "", self.summary.value).replace("&gt;", ">")
+        fig.update_layout(barmode="overlay", height=640, width=1000, margin={"l": 60, "r": 20, "t": 150, "b": 40},
+                          title={"text": summary, "font": {"size": 12}, "x": 0.01, "y": 0.98, "yanchor": "top"},
+                          legend={"orientation": "h", "y": -0.08})
+        fig.update_xaxes(title_text="K", row=1, col=1)
+        fig.update_yaxes(title_text="speedup", rangemode="tozero", row=1, col=1)
+        fig.update_xaxes(title_text="ms", row=2, col=1)
+        fig.update_xaxes(title_text="ms", row=2, col=2)
+        return fig
+
     def _ipython_display_(self) -> None:  # pragma: no cover - needs a frontend
         from IPython.display import display
 

@@ -177,10 +177,10 @@ class SlotCache:
         After tree verification ``paths[b]`` lists the accepted path's tree slots (offsets from
         ``since``, increasing); the move is :func:`specdec_lesson.kernels.reference.compact_kv`
         on every layer, for the contiguous (``DynamicCache``) and the paged cache alike."""
-        from .kernels.reference import compact_kv  # torch only, no triton
+        from ..kernels.reference import compact_kv  # torch only, no triton
 
         if self.use_kernels or (self.use_kernels is None and self.valid.is_cuda):
-            from .kernels import compact_kv_triton, kernels_available, triton_importable
+            from ..kernels import compact_kv_triton, kernels_available, triton_importable
 
             # on CUDA the compiled kernel; use_kernels=True on a CPU runs it in the Triton interpreter
             if kernels_available() if self.valid.is_cuda else triton_importable():

@@ -42,7 +42,7 @@ from fractions import Fraction
 
 import torch
 
-from .verify import check_verify_inputs, draw_verify_randoms, prepare_verify_inputs, race_sample, verify_dtype
+from .chain import check_verify_inputs, draw_verify_randoms, prepare_verify_inputs, race_sample, verify_dtype
 
 __all__ = [
     "VERIFY_RULES", "block_thresholds", "verify_block_from_randoms", "verify_block",
