@@ -36,7 +36,21 @@ def machine_info() -> dict:
             "torch": torch.__version__, "transformers": transformers.__version__, "cuda": torch.version.cuda,
             "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
             if torch.cuda.is_available() else []}
+    info.update(cpu_model())
     return info
+
+
+def cpu_model() -> dict:
+    """``{"cpu": model name, "isa": the widest vector extensions}`` from /proc/cpuinfo (empty where unreadable):
+    the machines differ (AMD EPYC with AVX2, Intel Xeon with AVX-512 and AMX), and so do their speedups."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return {}
+    name = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), None)
+    flags = set(next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), []))
+    isa = [x for x in ("avx2", "avx512f", "avx512_bf16", "amx_tile") if x in flags]
+    return {"cpu": name, "isa": isa}
 
 
 def write_results(results: dict, path: str | Path) -> Path:
