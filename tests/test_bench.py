@@ -342,3 +342,21 @@ def test_tree_method_runs():
     res = run_benchmark(load_models("tiny"), s, progress=False)
     row = next(r for r in res["per_task"] if r["label"] == "tree")
     assert res["complete"] and row["new_tokens"] == 4 and row["tau"] >= 1 and row["equal_ar_rate"] is not None
+
+
+def test_results_record_the_cpu_and_find_only_real_gpu_suite_runs(tmp_path):
+    import json
+
+    from specdec_lesson.bench.results import cpu_model, latest_gpu_suite, machine_info
+
+    info = machine_info()
+    assert set(cpu_model()) <= set(info) and all(isinstance(x, str) for x in info.get("isa", []))
+    assert latest_gpu_suite(tmp_path) is None  # nothing measured: the notebooks say "not measured yet"
+    (tmp_path / "gpu_suite_dryrun_cpu_1.json").write_text(json.dumps({"suite": "specdec gpu_suite/1", "dry_run": True}))
+    (tmp_path / "gpu_suite_broken.json").write_text("{not json")
+    assert latest_gpu_suite(tmp_path) is None  # dry runs and unreadable files never pass for a GPU measurement
+    for date in ("2026-12-01", "2026-12-02"):
+        (tmp_path / f"gpu_suite_h200_{date}.json").write_text(json.dumps(
+            {"suite": "specdec gpu_suite/1", "dry_run": False, "machine": {"date": date, "gpu": "NVIDIA H200"}}))
+    got = latest_gpu_suite(tmp_path)
+    assert got["machine"]["date"] == "2026-12-02" and got["path"].endswith("gpu_suite_h200_2026-12-02.json")

@@ -80,25 +80,11 @@ class Loaded:
 
 
 def _self_draft(target, layers: int):
-    """A LlamaForCausalLM-like model sharing the target's embedding, first ``layers`` decoder layers,
-    final norm and head (no copy); None if the target has no ``model.layers`` to cut."""
-    import copy
+    """The target's first ``layers`` decoder layers + its norm and head, sharing the weights
+    (:func:`specdec_lesson.drafters.derived.self_draft`); None if the target cannot be cut there."""
+    from ..drafters.derived import self_draft
 
-    body = getattr(target, "model", None)
-    if body is None or not hasattr(body, "layers") or layers >= len(body.layers):
-        return None
-    cfg = copy.deepcopy(target.config)
-    cfg.num_hidden_layers = layers
-    if getattr(cfg, "layer_types", None):
-        cfg.layer_types = cfg.layer_types[:layers]
-    with torch.device("meta"):
-        draft = type(target)(cfg)
-    draft.model.embed_tokens, draft.model.norm, draft.lm_head = body.embed_tokens, body.norm, target.lm_head
-    draft.model.layers = torch.nn.ModuleList(body.layers[:layers])
-    if hasattr(body, "rotary_emb"):
-        draft.model.rotary_emb = body.rotary_emb
-    draft.generation_config = copy.deepcopy(target.generation_config)
-    return draft.eval()
+    return self_draft(target, layers)
 
 
 def _pad_draft_vocab(target, draft, note: list[str]) -> None:

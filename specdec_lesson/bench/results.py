@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["RESULTS_FORMAT", "write_results", "load_results", "machine_info"]
+__all__ = ["RESULTS_FORMAT", "write_results", "load_results", "machine_info", "cpu_model", "latest_gpu_suite"]
 
 RESULTS_FORMAT = "specdec-bench/1"
 
@@ -125,3 +125,21 @@ def _report_problem(res: dict) -> str | None:
     if any(not isinstance(lab, dict) or "label" not in lab for lab in res["labels"]):
         return "a 'labels' entry lacks 'label'"
     return None
+
+
+def latest_gpu_suite(folder: str | Path | None = None) -> dict | None:
+    """The newest committed ``benchmarks/results/gpu_suite_*.json`` written by a real GPU run of
+    ``benchmarks/gpu_suite.py`` (dry runs are ignored), or None when none was measured yet."""
+    folder = Path(folder) if folder is not None else Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+    runs = []
+    for path in sorted(folder.glob("gpu_suite_*.json")):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if not data.get("dry_run") and data.get("suite", "").startswith("specdec gpu_suite"):
+            runs.append((data.get("machine", {}).get("date", ""), str(path), data))
+    if not runs:
+        return None
+    _, path, data = max(runs)
+    return dict(data, path=path)
