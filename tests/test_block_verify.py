@@ -4,7 +4,6 @@ Monte Carlo chi-square tests of the torch rule with stated sample size, level an
 
 from __future__ import annotations
 
-import copy
 import itertools
 import math
 from fractions import Fraction
@@ -13,6 +12,7 @@ import pytest
 import torch
 
 from specdec_lesson import theory, toy
+from specdec_lesson.drafters import noisy_copy
 from specdec_lesson.models import tiny_llama
 from specdec_lesson.sampling import logits_to_probs
 from specdec_lesson.stats import chi_square_power, chi_square_test, noncentrality
@@ -233,13 +233,6 @@ def test_monte_carlo_joint_law_toy():
     assert res["p_value"] > LEVEL, res["p_value"]
 
 
-def _related_draft(target, noise: float, seed: int):
-    draft = copy.deepcopy(target)
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in draft.parameters():
-            p.add_(noise * torch.randn(p.shape, generator=g, dtype=p.dtype))
-    return draft
 
 
 @torch.no_grad()
@@ -247,7 +240,7 @@ def _tiny_model_laws(V: int, prompt: list[int], temperature: float):
     """Laws of a real tiny Llama target and a perturbed copy as draft, for every drafted block of
     K = 2: p1 [V], p2 [V, V], p3 [V, V, V] (target after prompt, +x1, +x1 x2), q1 [V], q2 [V, V]."""
     target = tiny_llama(vocab_size=V, hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, seed=3)
-    draft = _related_draft(target, 0.3, seed=5)
+    draft = noisy_copy(target, 0.3, 5, relative=False)
     L = len(prompt)
     blocks = torch.tensor([prompt + [a, b] for a, b in itertools.product(range(V), repeat=2)])  # [V*V, L+2]
     p = logits_to_probs(target(blocks).logits[:, L - 1:], temperature)  # [V*V, 3, V]
@@ -321,18 +314,9 @@ def test_bad_rule_names_and_laws_raise():
         theory.token_expected_accepted([F(1)], [F(1)], 0)
 
 
-# ------------------------------------------------------------------ the engine option (runs once speculative_generate has it)
+# ------------------------------------------------------------------ the engine option
 
 
-def _engine_has_verify_option() -> bool:
-    import inspect
-
-    from specdec_lesson.speculative import speculative_generate
-
-    return "verify" in inspect.signature(speculative_generate).parameters
-
-
-@pytest.mark.skipif(not _engine_has_verify_option(), reason="speculative_generate has no verify= option yet")
 def test_engine_block_verification():
     """speculative_generate(..., verify="block"): greedy output equals the target's greedy output,
     and the joint law of the first 2 sampled tokens (V = 8: 64 outcomes; N = 6000 rows in 12
@@ -342,7 +326,7 @@ def test_engine_block_verification():
     from specdec_lesson.stats import min_noncentrality
 
     target = tiny_llama(vocab_size=8, hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, seed=3)
-    draft = _related_draft(target, 0.3, seed=5)
+    draft = noisy_copy(target, 0.3, 5, relative=False)
     prompts = [[1, 5, 2], [3, 3, 7, 1], [6]]
     for p in prompts:
         ref = autoregressive_generate(target, [p], 12)[0][0]

@@ -15,9 +15,8 @@ from collections import Counter
 import pytest
 import torch
 from test_hybrid import _eagle
-from test_speculative import _related_draft
 
-from specdec_lesson.drafters import EagleDrafter, HybridDrafter, ModelDrafter
+from specdec_lesson.drafters import EagleDrafter, HybridDrafter, ModelDrafter, noisy_copy
 from specdec_lesson.models import tiny_llama
 from specdec_lesson.sampling import logits_to_probs
 from specdec_lesson.speculative import speculative_generate
@@ -60,7 +59,7 @@ def _counts(outs) -> Counter:
 @pytest.fixture(scope="module")
 def pair8():
     target = tiny_llama(vocab_size=8, hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, seed=3)
-    return target, _related_draft(target, 0.3, seed=5)
+    return target, noisy_copy(target, 0.3, 5, relative=False)
 
 
 def test_chain_law_with_eos_inside_a_step(pair8):
@@ -175,7 +174,7 @@ def test_tree_law(spec):
     outcomes): the second is an accepted depth-2 node, or the residual / bonus after depth 1, or the first token of a
     second step after a rejection at the root.  N = 1,200 calls; level 1e-3; power >= 0.9 against TV 0.1 (asserted)."""
     target = tiny_llama(vocab_size=4, hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, seed=3)
-    draft = _related_draft(target, 0.2, seed=5)
+    draft = noisy_copy(target, 0.2, 5, relative=False)
     prompt = [1]
     law = exact_law(target, prompt, 2)
     g = torch.Generator().manual_seed(16)

@@ -7,6 +7,8 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "specdec_lesson"
 
@@ -121,15 +123,32 @@ def _project_files() -> list[Path]:
 
 
 def test_no_reference_outside_the_repository():
-    """No project file points a reader at the developers' notes (DESIGN.md, ANCHORS.md, seed.txt) or ../shared."""
-    pattern = re.compile(r"DESIGN\.md|ANCHORS\.md|seed\.txt|\.\./shared")
+    """Every document a project file names (``*.md``, ``*.txt``) is a file of the repository, and every ``../`` path
+    stays inside the repository and exists: a learner has the repository and nothing beside it."""
+    files = _project_files()
+    names = {p.name for p in files}
+    doc = re.compile(r"\b[A-Za-z0-9_.-]+\.(?:md|txt)\b")
+    up = re.compile(r"(?:\.\./)+[A-Za-z0-9_./-]+")
     hits = []
-    for p in _project_files():
+    for p in files:
         if p.suffix not in {".py", ".ipynb", ".md", ".sh", ".toml", ".txt", ".yml", ".cfg", ""}:
             continue
-        if p.resolve() == Path(__file__).resolve():
+        if p.resolve() == Path(__file__).resolve():  # its own planted example below
             continue
         for i, line in enumerate(p.read_text(errors="replace").splitlines(), 1):
-            if pattern.search(line):
-                hits.append(f"{p.relative_to(ROOT)}:{i}")
+            hits += [f"{p.relative_to(ROOT)}:{i}: {m}" for m in doc.findall(line) if m not in names]
+            for m in up.findall(line):
+                target = (p.parent / m.rstrip(".")).resolve()
+                if ROOT.resolve() not in (target, *target.parents) or not target.exists():
+                    hits.append(f"{p.relative_to(ROOT)}:{i}: {m}")
     assert hits == []
+
+
+def test_the_reference_check_can_fail():
+    bad = ROOT / "tests" / "_planted_reference.md"
+    bad.write_text("see ../../elsewhere/NOTES.md\n")
+    try:
+        with pytest.raises(AssertionError):
+            test_no_reference_outside_the_repository()
+    finally:
+        bad.unlink()

@@ -2,33 +2,22 @@
 
 from __future__ import annotations
 
-import copy
 import itertools
 
 import pytest
 import torch
 
-from specdec_lesson.drafters import ModelDrafter, PromptLookupDrafter
+from specdec_lesson.drafters import ModelDrafter, PromptLookupDrafter, noisy_copy
 from specdec_lesson.models import tiny_llama
 from specdec_lesson.sampling import logits_to_probs
 from specdec_lesson.speculative import autoregressive_generate, prepare_inputs, speculative_generate
 from specdec_lesson.stats import chi_square_test
 
 
-def _related_draft(target, noise: float, seed: int = 1):
-    """A draft close to the target (so acceptance is high but ragged): weights plus noise."""
-    draft = copy.deepcopy(target)
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in draft.parameters():
-            p.add_(noise * torch.randn(p.shape, generator=g, dtype=p.dtype))
-    return draft
-
-
 @pytest.fixture(scope="module")
 def pair():
     target = tiny_llama(vocab_size=64, seed=0)
-    return target, _related_draft(target, 0.01)
+    return target, noisy_copy(target, 0.01, 1, relative=False)
 
 
 PROMPTS = [[5, 17, 3, 44, 9], [1, 2, 3, 4, 5, 6, 7, 8, 9], [60, 2, 33]]
@@ -105,7 +94,7 @@ def test_sampled_law_matches_target(temperature, top_p):
     TV distortions >= 0.05 (non-central chi-square approximation, lambda = N * sum (p-p')^2/p).
     """
     target = tiny_llama(vocab_size=8, hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, seed=3)
-    draft = _related_draft(target, 0.3, seed=5)
+    draft = noisy_copy(target, 0.3, 5, relative=False)
     prompt = [1, 5, 2]
     law = _exact_joint(target, prompt, 2, temperature, top_p=top_p)
     g = torch.Generator().manual_seed(1234)

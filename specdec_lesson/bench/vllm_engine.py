@@ -39,10 +39,12 @@ On a GPU machine (untested here: no GPU was available)::
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from .vllm_process import (  # noqa: F401  (re-exported: the engine's public names)
     _WORKERS,
     LOAD_TIMEOUT_S,
+    REPO,
     VllmWorker,
     _cpu_env,
     check_available,
@@ -150,7 +152,8 @@ def prepare(loaded, labels, s) -> None:
     used = [_WORKERS[_key(loaded, m, k, s)] for m, k in wanted]
     names = ", ".join(w.name for w in used)
     load_s = ", ".join(f"{w.name} {w.info.get('load_s', 0):.0f} s" for w in used)
-    note = (f"vLLM {used[0].info.get('vllm')} methods ({names}): worker processes in {py.parent.parent}, model {model} "
+    note = (f"vLLM {used[0].info.get('vllm')} methods ({names}): worker processes in {_portable(py.parent.parent)}, "
+            f"model {_portable(model)} "
             f"({dtype}), same prompt ids, max_new_tokens, sampling settings and stop tokens; engine load {load_s}")
     if not device.startswith("cuda"):
         bind = env.get("VLLM_CPU_OMP_THREADS_BIND", os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto"))
@@ -159,6 +162,20 @@ def prepare(loaded, labels, s) -> None:
     if pause:
         note += "; idle workers stopped (SIGSTOP) while other methods run"
     loaded.notes.append(note)
+
+
+def _portable(path) -> str:
+    """A path as a results file should record it: relative to the repository, under ``$SPECDEC_CACHE``, or under
+    ``~``, so that committed results name no folder of one machine."""
+    from ..model_cache import cache_root
+
+    path = Path(path).resolve()
+    for base, label in ((REPO, ""), (cache_root().resolve(), "$SPECDEC_CACHE/"), (Path.home().resolve(), "~/")):
+        try:
+            return label + str(path.relative_to(base))
+        except ValueError:
+            continue
+    return str(path)
 
 
 def run_one(loaded, method: str, k: int | None, ids: list[int], s, seed: int) -> tuple[list[int], dict]:

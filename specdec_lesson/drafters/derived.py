@@ -18,16 +18,17 @@ import torch
 __all__ = ["noisy_copy", "self_draft"]
 
 
-def noisy_copy(model: torch.nn.Module, scale: float, seed: int = 0) -> torch.nn.Module:
-    """A deep copy of ``model`` whose every parameter tensor gets i.i.d. Gaussian noise of
-    ``scale`` times that tensor's standard deviation (drawn from ``torch.Generator(seed)``)."""
+def noisy_copy(model: torch.nn.Module, scale: float, seed: int = 0, *, relative: bool = True) -> torch.nn.Module:
+    """A deep copy of ``model`` whose every parameter tensor gets i.i.d. Gaussian noise of ``scale`` times that
+    tensor's standard deviation (``relative=False``: of standard deviation ``scale``), drawn from
+    ``torch.Generator(seed)``."""
     if not (isinstance(scale, (int, float)) and scale >= 0):
         raise ValueError(f"scale must be a number >= 0, got {scale!r}")
     draft, g = copy.deepcopy(model), torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for prm in draft.parameters():
             noise = torch.randn(prm.shape, generator=g, dtype=prm.dtype)  # [same shape as prm]
-            prm.add_(noise * scale * prm.std())
+            prm.add_(noise * scale * prm.std() if relative else noise * scale)
     return draft.eval()
 
 
