@@ -36,7 +36,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--k", type=int, default=None, help="drafts per step (default: the draft's default K)")
     ap.add_argument("--max-new-tokens", type=int, default=96)
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
     pair = load_default_pair()
@@ -62,7 +62,7 @@ def main() -> int:
     # pool the calibration runs' counters
     spec, base = specs[0], bases[0]
     for s in specs[1:]:
-        for f in ("proposed", "accepted", "emitted", "row_steps", "time_draft", "time_verify", "time_other"):
+        for f in ("proposed", "accepted", "rejections", "emitted", "row_steps", "time_draft", "time_verify", "time_other"):
             setattr(spec, f, getattr(spec, f) + getattr(s, f))
     for b in bases[1:]:
         for f in ("emitted", "time_draft", "time_verify", "time_other"):

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from specdec_lesson.fastcpu import count_packed, packed_linear_available, prepack_linears, unpack_linears
+from specdec_lesson.fastcpu import count_packed, packed_linear_available, prepack_linears, set_plain_rows, unpack_linears
 from specdec_lesson.models import DEFAULT_TARGET_NAME, load_default_target
 from specdec_lesson.profiling import (
     measure_bandwidth,
@@ -119,13 +119,22 @@ def main() -> None:
               "OpenMP threads that lose their core stall every parallel region (try --threads 1, or rerun when quiet)")
     plain_logits = logits_for(model, ids, [48, 56, 63])
     plain_greedy = greedy(model, prompt, args.greedy_steps)
-    plain = measure_verify_curve(model, n_max=args.n_max, context=args.context, repeats=args.repeats, ns=ns)
 
     available = packed_linear_available()
     prepack_linears(model)
     packed_logits = logits_for(model, ids, [48, 56, 63])
     packed_greedy = greedy(model, prompt, args.greedy_steps)
-    packed = measure_verify_curve(model, n_max=args.n_max, context=args.context, repeats=args.repeats, ns=ns)
+    # the two curves interleaved, one round at a time, so a slow moment of the machine hits both alike:
+    # the packed modules route every input through the plain weights while plain_rows_max exceeds its rows
+    rounds: dict[str, dict[int, list[float]]] = {"plain": {n: [] for n in ns}, "packed": {n: [] for n in ns}}
+    for _ in range(args.repeats):
+        for name, rows in (("plain", 1 << 30), ("packed", 0)):
+            set_plain_rows(model, rows)
+            curve = measure_verify_curve(model, n_max=args.n_max, context=args.context, repeats=1, ns=ns)
+            for n in ns:
+                rounds[name][n].append(curve[n])
+    plain = {n: statistics.median(v) for n, v in rounds["plain"].items()}
+    packed = {n: statistics.median(v) for n, v in rounds["packed"].items()}
     n_packed = count_packed(model)
     unpack_linears(model)
 
@@ -143,8 +152,11 @@ def main() -> None:
         print(f"{n:>3} {plain[n] * 1e3:9.1f} {packed[n] * 1e3:10.1f} {plain[n] / plain[1]:16.2f} {packed[n] / packed[1]:17.2f}")
     r8 = {}
     if 8 in ns:
-        r8 = {"plain": plain[8] / plain[1], "packed": packed[8] / packed[1]}
-        print(f"\nT(8)/T(1): plain {r8['plain']:.3f}, packed {r8['packed']:.3f} (goal <= 1.3)")
+        best1 = min(plain[1], packed[1])  # the fastest one-token forward: plain decoding's step on this machine
+        r8 = {"plain": plain[8] / plain[1], "packed": packed[8] / packed[1],
+              "best_over_best_t1": min(plain[8], packed[8]) / best1}
+        print(f"\nT(8)/T(1): plain {r8['plain']:.3f}, packed {r8['packed']:.3f}; "
+              f"fastest T(8) over the fastest T(1): {r8['best_over_best_t1']:.3f} (goal <= 1.25)")
     print(f"pre-packed oneDNN available: {available}; {n_packed} linears packed")
     print(f"max |logit diff| packed vs plain: {max_diff:.3g} (argmax equal everywhere: {argmax_equal})")
     print(f"greedy decoding, {args.greedy_steps} tokens: {greedy_equal}/{args.greedy_steps} equal")

@@ -98,13 +98,27 @@ def _demo(args) -> int:
         msg = msg if isinstance(exc, (RuntimeError, ValueError, OSError)) and msg else f"{type(exc).__name__}: {msg}"
         print(f"{PROG}: error: cannot load the default pair: {msg}", file=sys.stderr)
         return 1
-    k = args.k or getattr(draft, "default_k", 4)
-    print(f"loaded SmolLM2-135M-Instruct + {kind} in {time.perf_counter() - t0:.1f} s; K = {k}, "
+    print(f"loaded SmolLM2-135M-Instruct + {kind} in {time.perf_counter() - t0:.1f} s; "
           f"temperature = {args.temperature}, {torch.get_num_threads()} threads")
+    d = getattr(target, "dispatch_profile", None)
+    if d and d["plain_ms"]:
+        r = d["plain_rows_max"]
+        where = f"plain up to {r} rows, pre-packed beyond" if r else "pre-packed at every width"
+        print(f"fastest form on this CPU: one-token forward {d['plain_ms'][1]:.1f} ms plain, {d['packed_ms'][1]:.1f} ms "
+              f"pre-packed -> {where} "
+              "(plain decoding and verification alike)")
     prompts = {
         "code": format_code_prompt({"prompt": CODE_PROMPT}),
         "math": format_math_prompt({"question": MATH_PROMPT}),
     }
+    if args.k is not None:
+        k = args.k
+        print(f"K = {k} (--k)")
+    else:
+        probe = tok(chat(tok, prompts["code"]), return_tensors="pt").input_ids
+        k, why = _tuned_k(target, draft, probe)
+        print(f"K = {k}, chosen by the simulator's cost model from a probe of this machine: {why}")
+    best: dict[str, tuple[str, float]] = {}
     for name, text in prompts.items():
         ids = tok(chat(tok, text), return_tensors="pt").input_ids
         g = torch.Generator().manual_seed(args.seed)
@@ -127,13 +141,46 @@ def _demo(args) -> int:
                                           generator=g)
             t_sp = time.perf_counter() - t
             n_sp = len(sp[0])
+            gain = t_ar / n_ar / (t_sp / n_sp)
             print(f"{label}: {n_sp} tokens in {t_sp:.2f} s = {n_sp / t_sp:6.1f} tokens/s "
-                  f"(speedup {t_ar / n_ar / (t_sp / n_sp):.2f}x, alpha {st.alpha:.2f}, tau {st.tau:.2f} tokens/forward)")
+                  f"(speedup {gain:.2f}x, alpha {st.alpha:.2f}, tau {st.tau:.2f} tokens/forward)")
+            if name not in best or gain > best[name][1]:
+                best[name] = (label.strip(), gain)
             if args.temperature == 0:
                 print(f"greedy outputs identical: {torch.equal(ar[0], sp[0])}")
         print("--- speculative output ---")
         print(tok.decode(sp[0], skip_special_tokens=True).strip())
+    print("\nbest method here, over plain decoding in its fastest form on this machine: "
+          + "; ".join(f"{name} {label} {gain:.2f}x" for name, (label, gain) in best.items())
+          + " (one prompt each, one run: benchmarks/results/ has medians over prompts and repeats)")
     return 0
+
+
+def _tuned_k(target, draft, ids) -> tuple[int, str]:
+    """K that the simulator's cost model (``sim.calibrate``) predicts fastest on this machine: T(n) from the load-time
+    dispatch probe (or a short measurement), the draft's cost and alpha from a 32-token probe run."""
+    from .sim.calibrate import Profile, predict_speedup
+    from .speculative import speculative_generate
+
+    d = getattr(target, "dispatch_profile", None)
+    if d and d.get("best_ms"):
+        curve = {int(n): ms / 1e3 for n, ms in d["best_ms"].items()}
+    else:
+        from .profiling import measure_verify_curve
+
+        curve = measure_verify_curve(target, context=128, repeats=3, ns=list(range(1, 9)))
+    speculative_generate(target, draft, ids, 8, k=4)  # warm-up
+    _, st = speculative_generate(target, draft, ids, 32, k=4)
+    if st.proposed == 0 or not st.time_draft > 0:
+        return getattr(draft, "default_k", 4), "the probe drafted nothing, so the draft's default"
+    alpha = st.alpha if st.alpha == st.alpha else 0.5  # nan when the probe saw no acceptance test
+    prof = Profile(curve, st.time_draft / st.proposed, min(max(alpha, 0.0), 1.0))
+    ks = [k for k in range(1, max(curve)) if k + 1 <= max(curve)]
+    pred = {k: predict_speedup(prof, k) for k in ks}
+    k = max(pred, key=lambda j: (pred[j], -j))
+    return k, (f"T({k + 1})/T(1) = {prof.T(k + 1) / prof.T(1):.2f}, c = {prof.c:.3f}, alpha = {prof.alpha:.2f} -> "
+               f"predicted {pred[k]:.2f}x for the draft alone (K = 1..{max(ks)}: "
+               + " ".join(f"{pred[j]:.2f}" for j in ks) + ")")
 
 
 if __name__ == "__main__":

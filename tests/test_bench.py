@@ -71,6 +71,25 @@ def test_math_problems_verified_unique_and_split():
     assert T.math_problems() == T.math_problems()  # deterministic
 
 
+def test_math_task_prefixes_spread_over_templates():
+    items = T.task_items("math", 8)
+    assert len({it["template"] for it in items}) == 8
+    assert sum(it["held_out"] for it in items) == 4  # --limit 8: 4 templates with a train split, 4 held out
+    every = T.task_items("math")
+    assert sorted(it["id"] for it in every) == sorted(p["id"] for p in T.math_problems("eval"))  # a permutation
+
+
+def test_function_requests_are_fixed_distinct_and_free_form():
+    from specdec_lesson.bench.requests import FUNCTION_IDEAS, function_requests
+
+    reqs = function_requests()
+    assert reqs == function_requests() and len(reqs) == len(FUNCTION_IDEAS) >= 40
+    assert len({r["text"] for r in reqs}) == len(reqs) and len({r["name"] for r in reqs}) == len(reqs)
+    assert all("Python" in r["text"] and r["name"] in r["text"] and "```" not in r["text"] for r in reqs)
+    items = T.task_items("requests", 5)
+    assert [it["id"] for it in items] == [r["id"] for r in reqs[:5]] and items[0]["text"] == reqs[0]["text"]
+
+
 def test_code_problems_split_and_prompt_formats():
     ev, tr = T.code_problems("eval"), T.code_problems("train")
     assert [p["task_id"] for p in ev] == [f"HumanEval/{i}" for i in T.HUMANEVAL_EVAL_IDS]

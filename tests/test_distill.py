@@ -162,14 +162,26 @@ def test_greedy_speculative_with_eagle_equals_target_tiny():
 
 
 def test_training_prompts_disjoint_from_evaluation():
-    """Every training source of the shipped draft: gen prompts of seeds 0 and 1, and the teacher-forced corpus."""
+    """Every training source of the shipped draft (gen prompts of seeds 0 and 1, the teacher-forced corpus) and of
+    the shipped answer corpus (its own prompts, rebuilt from its settings) against all three benchmark styles."""
+    from specdec_lesson.bench.requests import function_requests
     from specdec_lesson.bench.tasks import code_problems, math_problems
     from specdec_lesson.distill.data import code_corpus, training_prompts
+    from specdec_lesson.drafters.suffix import DEFAULT_CORPUS, load_answer_corpus
 
     train = training_prompts(1200, 500, seed=0) + training_prompts(600, 600, seed=1)
+    assert len(train) == 2900
+    if DEFAULT_CORPUS.exists():  # the shipped answers: their prompts are training prompts of a recorded seed
+        rows, meta = load_answer_corpus()
+        train += training_prompts(meta["n_code"], meta["n_math"], meta["seed"])
+        assert len(rows) == meta["n_code"] + meta["n_math"]
     corpus = code_corpus(100_000, seed=0)
     text = "\n".join([t for _, t in train] + [u + "\n" + a for u, a in corpus])
-    assert len(train) == 2900 and len(corpus) > 4000
+    assert len(corpus) > 4000
+    for r in function_requests():  # the free-form requests: neither the request, its name nor its task description
+        assert r["text"] not in text and f"def {r['name']}(" not in text, r["id"]
+        what = r["text"].split(" that ", 1)[-1].split(" It ", 1)[-1].rstrip(".")
+        assert len(what) > 20 and what not in text, r["id"]
     for p in code_problems("eval"):
         assert p["prompt"].strip() not in text, p["task_id"]
         sig = next(line for line in p["prompt"].splitlines() if line.startswith(f"def {p['entry_point']}("))

@@ -131,7 +131,7 @@ def peer():
     target, tok = load_default_target(verbose=False)
     texts = [it["text"] for it in T.task_items("code", 2) + T.task_items("math", 2)] + CHAT_PROMPTS
     prompts = [tok(T.chat(tok, t), add_special_tokens=False)["input_ids"] for t in texts]
-    loaded = load_models("default")  # what the bench passes (pre-packed linears; the workers only read its info)
+    loaded = load_models("default", tune=False)  # what the bench passes (pre-packed linears; the workers only read its info)
     s = BenchSettings(tasks=["code"], methods=["ar", "vllm", "vllm-ngram", "vllm-eagle"], ks=[4], max_new_tokens=MAX_NEW,
                       repeats=1, warmup=0)
     try:

@@ -62,9 +62,11 @@ def _ks(text: str) -> list[int]:
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="specdec-bench", description="Speculative decoding benchmark: code (HumanEval) and math tasks.")
     g = p.add_argument_group("what to run")
-    g.add_argument("--task", default=None, help="comma list of code, math, prompts (default code,math; prompts with --prompts)")
+    g.add_argument("--task", default=None, help="comma list of code, math, requests (free-form function requests), prompts "
+                   "(default code,math; prompts with --prompts)")
     g.add_argument("--prompts", default=None, help="JSONL file, one {\"prompt\": ...} object per line")
-    g.add_argument("--method", default=DEFAULT_METHODS, help=f"comma list (default {DEFAULT_METHODS}; also hybrid, tree)")
+    g.add_argument("--method", default=DEFAULT_METHODS,
+                   help=f"comma list (default {DEFAULT_METHODS}; also hybrid, hybrid-suffix, suffix, tree)")
     g.add_argument("--k", default="4", help="drafts per step: one value or a sweep like 1,2,4,8")
     g.add_argument("--max-new-tokens", type=int, default=128)
     g.add_argument("--temperature", type=float, default=0.0)

@@ -117,8 +117,12 @@ def _load_hf_pair(target_name: str, draft_name: str, device, draft_device, dtype
 
 def load_models(pair: str | None = "default", target: str | None = None, draft: str | None = None, *,
                 device: str = "cpu", draft_device: str | None = None, dtype: str = "auto",
-                target_device_map: str | None = None) -> Loaded:
-    """Load a preset pair (see ``PAIRS``) or ``target``/``draft`` paths; one clear ValueError otherwise."""
+                target_device_map: str | None = None, tune: bool = True) -> Loaded:
+    """Load a preset pair (see ``PAIRS``) or ``target``/``draft`` paths; one clear ValueError otherwise.
+
+    ``tune`` (default pair on CPU): route each forward width to the faster of plain and pre-packed weights
+    (``profiling.tune_dispatch``), so every method, ``ar`` included, runs the fastest form of the target on
+    this machine; the measurement is kept in ``info["dispatch"]``."""
     from .. import models as M
 
     draft_device = draft_device or device
@@ -143,10 +147,13 @@ def load_models(pair: str | None = "default", target: str | None = None, draft: 
             raise ValueError("the default pair runs in float32 (bf16 is slow on these CPUs); drop --dtype")
         # fast=True: linears pre-packed for oneDNN on CPU, for every method alike (ar, chain, hf, ...)
         tgt, tok = M.load_default_target(device=device, verbose=False, fast=True)
+        dispatch = _tune(tgt, device, notes) if tune else None
         drf, dname = _default_draft(tgt, notes)
         if isinstance(drf, torch.nn.Module) and draft_device != device:
             drf = drf.to(draft_device)
         info = {"pair": "default", "target": M.DEFAULT_TARGET_NAME + " (linears pre-packed for oneDNN on CPU)", "draft": dname}
+        if dispatch is not None:
+            info["dispatch"] = dispatch
         return Loaded(tgt, drf, tok, info, notes, tok.eos_token_id)
     tname, dname = (target, draft) if pair is None else PAIRS[pair]
     ldtype = tdtype[dtype] or (torch.float32 if device == "cpu" and not target_device_map else torch.bfloat16)
@@ -154,6 +161,22 @@ def load_models(pair: str | None = "default", target: str | None = None, draft: 
     info = {"pair": pair or "custom", "target": tname, "draft": dname}
     eos = getattr(getattr(tgt, "generation_config", None), "eos_token_id", None)  # e.g. Llama-3: end_of_text and eot_id
     return Loaded(tgt, drf, tok, info, notes, eos if eos is not None else tok.eos_token_id)
+
+
+def _tune(target, device: str, notes: list[str]) -> dict | None:
+    """Measure plain against pre-packed weights per forward width and route each width to the faster one."""
+    if not str(device).startswith("cpu"):
+        return None
+    from ..profiling import tune_dispatch
+
+    d = tune_dispatch(target, repeats=3)
+    r = d["plain_rows_max"]
+    t1 = (d["plain_ms"].get(1), d["packed_ms"].get(1))
+    where = f"plain weights up to {r} rows, pre-packed beyond" if r else "pre-packed weights at every width"
+    notes.append(f"fastest plain decoding: one-token forward {t1[0]:.1f} ms plain, {t1[1]:.1f} ms pre-packed on this "
+                 f"machine (medians of 3, interleaved), so every method, ar included, runs {where} "
+                 "(profiling.tune_dispatch)")
+    return {"plain_rows_max": r, "plain_ms": d["plain_ms"], "packed_ms": d["packed_ms"]}
 
 
 def _default_draft(target, notes: list[str]) -> tuple[object, str | None]:

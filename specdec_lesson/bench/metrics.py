@@ -22,7 +22,11 @@ Definitions (all stated in the results file and the notebook):
   ``rejections`` (written before the counter existed) counts, as rejections, its steps with n < k
   accepted in ``accept_hist`` (exact unless a step was cut by EOS / the budget or proposed != k drafts);
   ``target_forwards_per_token`` = target forwards / new tokens (prefill included);
-* ``accuracy``, ``equal_ar_rate`` and ``pass_at_1`` are fractions of the prompts (repeat 0).
+* ``accuracy``, ``equal_ar_rate`` and ``pass_at_1`` are fractions of the prompts (repeat 0);
+* spread: per prompt, ``tokens_per_s_range`` is [min, max] over repeats; per task, ``speedup_range`` is
+  [min, max] of the per-prompt speedups and ``speedup_ci`` a 95% bootstrap interval of the task speedup
+  (prompts resampled with replacement, each keeping its method and ``ar`` times together; 2000 resamples,
+  seed 0).
 """
 
 from __future__ import annotations
@@ -31,9 +35,10 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable
 
-__all__ = ["median", "pooled_acceptance", "prompt_table", "task_table", "AR_LABEL"]
+__all__ = ["median", "pooled_acceptance", "prompt_table", "task_table", "bootstrap_speedup_ci", "AR_LABEL"]
 
 AR_LABEL = "ar"
+BOOTSTRAP_RESAMPLES = 2000
 
 
 def median(xs: Iterable[float]) -> float:
@@ -82,6 +87,31 @@ def pooled_acceptance(stats: Iterable[dict | None]) -> dict:
     }
 
 
+def bootstrap_speedup_ci(pairs: list[tuple[float, float, float, float]], level: float = 0.95,
+                         resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0) -> list[float] | None:
+    """Percentile bootstrap interval of a throughput ratio over prompts.  ``pairs`` holds, per prompt,
+    ``(tokens, wall_s, ar_tokens, ar_wall_s)``; a resample draws prompts with replacement and computes
+    (sum tokens / sum wall) / (sum ar_tokens / sum ar_wall).  None for fewer than 2 prompts."""
+    import random
+
+    if len(pairs) < 2:
+        return None
+    rng = random.Random(seed)
+    n, stats = len(pairs), []
+    for _ in range(resamples):
+        pick = [pairs[rng.randrange(n)] for _ in range(n)]
+        wall, ar_wall = sum(p[1] for p in pick), sum(p[3] for p in pick)
+        if wall <= 0 or ar_wall <= 0:
+            continue
+        stats.append((sum(p[0] for p in pick) / wall) / (sum(p[2] for p in pick) / ar_wall))
+    if not stats:
+        return None
+    stats.sort()
+    lo = stats[int((1 - level) / 2 * (len(stats) - 1))]
+    hi = stats[int((1 + level) / 2 * (len(stats) - 1))]
+    return [lo, hi]
+
+
 def _first(runs: list[dict], key: str):
     for r in sorted(runs, key=lambda r: r["repeat"]):
         if key in r:
@@ -103,6 +133,7 @@ def prompt_table(runs: Iterable[dict]) -> list[dict]:
             "task": task, "prompt_id": pid, "label": label, "method": rs[0].get("method", label), "k": rs[0].get("k"),
             "repeats": len(rs), "wall_s": median(r["wall_s"] for r in rs), "new_tokens": median(r["new_tokens"] for r in rs),
             "tokens_per_s": median(tps) if tps else float("nan"),
+            "tokens_per_s_range": [min(tps), max(tps)] if tps else None,
             "alpha": acc["alpha"], "utilisation": acc["utilisation"], "tau": acc["tau"], "accept_hist": acc["accept_hist"],
             "target_forwards_per_token": (acc["target_forwards"] / tokens
                                           if acc["target_forwards"] is not None and tokens else None),
@@ -144,8 +175,14 @@ def task_table(runs: Iterable[dict]) -> list[dict]:
             "pass_at_1": _rate([r["passed"] for r in rs]),
         })
     ar = {r["task"]: r["tokens_per_s"] for r in out if r["label"] == AR_LABEL}
+    ar_prompt = {(r["task"], r["prompt_id"]): r for r in prows if r["label"] == AR_LABEL}
     for r in out:
         base = ar.get(r["task"])
         r["speedup"] = r["tokens_per_s"] / base if base and base > 0 else None
+        speedups = [p["speedup"] for p in by[(r["task"], r["label"])] if p["speedup"] is not None]
+        r["speedup_range"] = [min(speedups), max(speedups)] if speedups else None
+        pairs = [(p["new_tokens"], p["wall_s"], a["new_tokens"], a["wall_s"]) for p in by[(r["task"], r["label"])]
+                 if (a := ar_prompt.get((p["task"], p["prompt_id"]))) is not None]
+        r["speedup_ci"] = bootstrap_speedup_ci(pairs) if r["label"] != AR_LABEL else None
     out.sort(key=lambda r: (r["task"], r["label"] != AR_LABEL, r["label"]))
     return out

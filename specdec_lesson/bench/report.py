@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-__all__ = ["format_table", "make_figures", "write_html", "committed_results", "RESULTS_DIR"]
+__all__ = ["format_table", "make_figures", "write_html", "committed_results", "verify_hists", "RESULTS_DIR"]
 
 RESULTS_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 
@@ -20,6 +20,11 @@ def _fmt(x, spec: str) -> str:
         width = spec.split(".")[0]
         return "-".rjust(int(width)) if width.isdigit() else "-"
     return format(x, spec)
+
+
+def _span(pair) -> str:
+    """``[lo, hi]`` as a fixed-width ``lo-hi`` (11 characters), ``-`` when absent."""
+    return f"{pair[0]:5.2f}-{pair[1]:<5.2f}" if pair else "-".rjust(11)
 
 
 def alpha_and_utilisation(row: dict) -> tuple[float | None, float | None]:
@@ -32,17 +37,19 @@ def alpha_and_utilisation(row: dict) -> tuple[float | None, float | None]:
 
 
 def format_table(results: dict) -> str:
-    """Per task and method: tokens/s, speedup (throughput ratio and median per prompt), alpha (per-token
+    """Per task and method: tokens/s, speedup (throughput ratio with its 95% bootstrap interval over prompts,
+    median and range of the per-prompt speedups), alpha (per-token
     acceptance, accepted / (accepted + rejections)), utilisation (accepted / proposed drafts), tau,
     target forwards per token, accuracy / pass@1 and greedy equality with ar."""
-    head = (f"{'task':8} {'method':22} {'n':>3} {'tok/s':>8} {'speedup':>8} {'med':>6} {'alpha':>6} {'util':>5} {'tau':>5} "
-            f"{'fwd/tok':>7} {'acc':>5} {'pass':>5} {'=ar':>5}")
+    head = (f"{'task':8} {'method':22} {'n':>3} {'tok/s':>8} {'speedup':>8} {'95% CI':>11} {'med':>6} {'range':>11} "
+            f"{'alpha':>6} {'util':>5} {'tau':>5} {'fwd/tok':>7} {'acc':>5} {'pass':>5} {'=ar':>5}")
     lines = [head, "-" * len(head)]
     for r in results["per_task"]:
         alpha, util = alpha_and_utilisation(r)
         lines.append(
             f"{r['task']:8} {r['label']:22} {r['prompts']:>3} {_fmt(r['tokens_per_s'], '8.2f')} {_fmt(r['speedup'], '7.2f')}x "
-            f"{_fmt(r['speedup_median'], '5.2f')}x {_fmt(alpha, '6.3f')} {_fmt(util, '5.2f')} "
+            f"{_span(r.get('speedup_ci'))} {_fmt(r['speedup_median'], '5.2f')}x {_span(r.get('speedup_range'))} "
+            f"{_fmt(alpha, '6.3f')} {_fmt(util, '5.2f')} "
             f"{_fmt(r['tau'], '5.2f')} "
             f"{_fmt(r['target_forwards_per_token'], '7.3f')} {_fmt(r['accuracy'], '5.2f')} {_fmt(r['pass_at_1'], '5.2f')} "
             f"{_fmt(r['equal_ar_rate'], '5.2f')}"
@@ -105,6 +112,26 @@ def write_html(results: dict, path: str | Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(page, encoding="utf-8")
     return path
+
+
+def verify_hists(results: dict, task: str, label: str, first_repeat_only: bool | None = None) -> dict[int, list[int]]:
+    """The raw verification outcomes ``{K': [steps with n = 0..K' accepted]}`` of one (task, method) in a results
+    file, summed over its runs: the sample of :func:`specdec_lesson.stats.acceptance_independence`.
+
+    ``first_repeat_only`` (default: when the run is greedy) keeps repeat 0 alone: greedy repeats replay the same
+    tokens, so pooling them would count each outcome several times.  Files written before the runner stored
+    ``verify_hist`` give {}."""
+    if first_repeat_only is None:
+        first_repeat_only = results["settings"].get("temperature", 0) == 0
+    out: dict[int, list[int]] = {}
+    for r in results["runs"]:
+        if r["task"] != task or r["label"] != label or not r.get("stats") or (first_repeat_only and r["repeat"] != 0):
+            continue
+        for k, h in (r["stats"].get("verify_hist") or {}).items():
+            acc = out.setdefault(int(k), [0] * (int(k) + 1))
+            for n, c in enumerate(h):
+                acc[n] += c
+    return dict(sorted(out.items()))
 
 
 def committed_results(folder: str | Path = RESULTS_DIR) -> list[dict]:

@@ -28,9 +28,9 @@ from .results import RESULTS_FORMAT, _git_revision, load_results, machine_info, 
 __all__ = ["METHODS", "PAIRS", "RESULTS_FORMAT", "BenchSettings", "Loaded", "load_models", "run_benchmark", "write_results",
            "load_results", "check_code_reply", "CharTokenizer", "machine_info"]
 
-METHODS = ("ar", "chain", "hybrid", "tree", "prompt-lookup", "hf", "hf-assisted", "hf-prompt-lookup",
-           "vllm", "vllm-ngram", "vllm-eagle")  # vllm*: vLLM worker processes (vllm_engine.py)
-K_METHODS = {"chain", "hybrid", "prompt-lookup", "hf-assisted", "hf-prompt-lookup",
+METHODS = ("ar", "chain", "hybrid", "hybrid-suffix", "suffix", "tree", "prompt-lookup", "hf", "hf-assisted",
+           "hf-prompt-lookup", "vllm", "vllm-ngram", "vllm-eagle")  # vllm*: vLLM worker processes (vllm_engine.py)
+K_METHODS = {"chain", "hybrid", "hybrid-suffix", "suffix", "prompt-lookup", "hf-assisted", "hf-prompt-lookup",
              "vllm-ngram", "vllm-eagle"}  # tree: the StaticTree default shape
 
 
@@ -103,6 +103,8 @@ def _stats_dict(stats) -> dict:
             "time_prefill", "time_draft", "time_verify", "time_other")
     d = {key: getattr(stats, key) for key in keys if hasattr(stats, key)}  # rejections: metrics' alpha needs it
     d["accept_hist"] = list(stats.accept_hist)
+    # raw verification outcomes by proposal length (before EOS / budget cuts): stats.acceptance_independence's sample
+    d["verify_hist"] = {str(k): list(h) for k, h in sorted(getattr(stats, "verify_hist", {}).items())}
     return d
 
 
@@ -125,6 +127,15 @@ def _tree_generate():
     return fn
 
 
+def _corpus_lookup(loaded: Loaded):
+    """A fresh ``CorpusLookupDrafter`` over the shipped answer corpus; the index is built once per loaded pair."""
+    from ..drafters.suffix import CorpusLookupDrafter, default_answer_index
+
+    if getattr(loaded, "_answer_index", None) is None:
+        loaded._answer_index = default_answer_index()
+    return CorpusLookupDrafter(loaded._answer_index)
+
+
 def _run_one(loaded: Loaded, method: str, k: int | None, ids: list[int], s: BenchSettings,
              seed: int) -> tuple[list[int], dict | None]:
     from ..drafters import PromptLookupDrafter
@@ -138,7 +149,7 @@ def _run_one(loaded: Loaded, method: str, k: int | None, ids: list[int], s: Benc
     dev = loaded.device
     x = torch.tensor([ids], dtype=torch.long, device=dev)  # [1, L]
     samp = dict(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p)
-    if method in ("ar", "chain", "hybrid", "prompt-lookup", "tree"):
+    if method in ("ar", "chain", "hybrid", "hybrid-suffix", "suffix", "prompt-lookup", "tree"):
         gen = torch.Generator(device=dev).manual_seed(seed)
         if method == "ar":
             toks, stats = autoregressive_generate(loaded.target, x, s.max_new_tokens, **samp, generator=gen,
@@ -149,6 +160,10 @@ def _run_one(loaded: Loaded, method: str, k: int | None, ids: list[int], s: Benc
         else:
             if method == "hybrid":
                 draft = HybridDrafter(loaded.draft, lookup_k=s.hybrid_lookup_k)
+            elif method == "hybrid-suffix":  # the lookup also searches the target's past answers (drafters.suffix)
+                draft = HybridDrafter(loaded.draft, lookup_k=s.hybrid_lookup_k, lookup=_corpus_lookup(loaded))
+            elif method == "suffix":
+                draft = _corpus_lookup(loaded)
             elif method == "chain":
                 draft = loaded.draft
             else:
@@ -206,10 +221,18 @@ def _seed(s: BenchSettings, task_index: int, prompt_index: int, repeat: int) -> 
 
 def _check_methods(loaded: Loaded, labels) -> None:
     methods = {m for _, m, _ in labels}
-    if loaded.draft is None and methods & {"chain", "hybrid", "tree"}:
-        raise ValueError(f"methods {sorted(methods & {'chain', 'hybrid', 'tree'})} need a draft model, and this pair has "
-                         "none (use --method ar,prompt-lookup,hf,hf-prompt-lookup, or another --pair)")
-    if "hybrid" in methods:
+    drafted = {"chain", "hybrid", "hybrid-suffix", "tree"}
+    if loaded.draft is None and methods & drafted:
+        raise ValueError(f"methods {sorted(methods & drafted)} need a draft model, and this pair has "
+                         "none (use --method ar,prompt-lookup,suffix,hf,hf-prompt-lookup, or another --pair)")
+    if methods & {"suffix", "hybrid-suffix"}:
+        from ..drafters.suffix import DEFAULT_CORPUS, load_answer_corpus
+
+        load_answer_corpus()  # a missing or damaged corpus: its own error, naming the fix, before any run
+        if loaded.info.get("pair") != "default":
+            raise ValueError(f"methods suffix / hybrid-suffix search {DEFAULT_CORPUS.name}, the default target's own "
+                             "answers (token ids of its tokenizer): use them with --pair default")
+    if methods & {"hybrid", "hybrid-suffix"}:
         from ..drafters.hybrid import HybridDrafter
 
         HybridDrafter(loaded.draft)  # fails now, with its own error, if this draft cannot take lookup proposals
@@ -234,7 +257,8 @@ def _check_fits(loaded: Loaded, items: dict, encoded: dict, s: BenchSettings, la
     if not isinstance(limit, int):
         return
     methods = {m for _, m, _ in labels}
-    step = max([1] + [k for _, _, k in labels if k] + ([s.hybrid_lookup_k] if "hybrid" in methods else []))  # max_proposal
+    lookup = [s.hybrid_lookup_k] if methods & {"hybrid", "hybrid-suffix"} else []
+    step = max([1] + [k for _, _, k in labels if k] + lookup)  # one step's largest proposal (max_proposal)
     if "tree" in methods:
         from ..tree import StaticTree
 

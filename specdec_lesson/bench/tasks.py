@@ -34,7 +34,7 @@ __all__ = [
 
 HUMANEVAL_TRAIN_IDS = range(0, 82)
 HUMANEVAL_EVAL_IDS = range(82, 164)
-TASKS = ("code", "math", "prompts")
+TASKS = ("code", "math", "requests", "prompts")
 
 CODE_TEMPLATE = (
     "Complete this Python function. Reply with the completed function in one Python code block.\n\n```python\n{prompt}```"
@@ -132,14 +132,32 @@ def chat(tokenizer, text: str) -> str:
     return tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False)
 
 
+def _spread(problems: list[dict]) -> list[dict]:
+    """The eval problems in an order whose every prefix spreads over the templates: round after round, one
+    problem of each template, alternating templates that have a train split with held-out ones (so ``--limit 8``
+    asks 4 + 4 templates, not 8 problems of the first one).  Ids are unchanged."""
+    by: dict[str, list[dict]] = {}
+    for p in problems:
+        by.setdefault(p["template"], []).append(p)
+    seen = [t for t in by if not by[t][0]["held_out"]]
+    held = [t for t in by if by[t][0]["held_out"]]
+    order = [t for pair in zip(seen, held) for t in pair] + seen[len(held):] + held[len(seen):]
+    rounds = max(len(v) for v in by.values())
+    return [by[t][i] for i in range(rounds) for t in order if i < len(by[t])]
+
+
 def task_items(task: str, limit: int | None = None, prompts_file: str | Path | None = None) -> list[dict]:
     """Benchmark items of one task: dicts with task, id, text (the user message), and answer (math)."""
     if task == "code":
         items = [{"task": "code", "id": p["task_id"], "text": format_code_prompt(p), "problem": p}
                  for p in code_problems("eval")]
     elif task == "math":
-        items = [{"task": "math", "id": p["id"], "text": format_math_prompt(p), "answer": p["answer"]}
-                 for p in math_problems("eval")]
+        items = [{"task": "math", "id": p["id"], "text": format_math_prompt(p), "answer": p["answer"],
+                  "template": p["template"], "held_out": p["held_out"]} for p in _spread(math_problems("eval"))]
+    elif task == "requests":  # free-form "write a Python function ..." requests (bench.requests), held out
+        from .requests import function_requests
+
+        items = [{"task": "requests", "id": r["id"], "text": r["text"]} for r in function_requests()]
     elif task == "prompts":
         if prompts_file is None:
             raise ValueError("task 'prompts' needs --prompts FILE.jsonl")

@@ -9,6 +9,8 @@ heldout  the target's greedy answers to the benchmark's EVALUATION prompts, for 
 export   a checkpoint as fp16 safetensors + JSON config under ``specdec_lesson/data/``, with the
          acceptance-per-checkpoint curve (``distill.evaluate``).
 export-vllm  the shipped draft as a checkpoint folder vLLM's EAGLE proposer loads (``distill.export_vllm``).
+answers  the target's greedy answers to training prompts as token ids in one small ``.npz`` (``distill.answers``):
+         the corpus of the lookup over past answers (``drafters.suffix``) and teacher data that survives a new machine.
 
 The shipped draft was made with (on the 2-core CPU: the data commands ran side by side with 1 thread each,
 then train alone with 2 threads)::
@@ -93,10 +95,17 @@ def _parser() -> OneLineParser:
     x.add_argument("--step", type=int, default=None, help="checkpoint to ship (default: the last)")
     x.add_argument("--curve-every", type=int, default=1)
     x.add_argument("--n-sub", type=int, default=None, help="re-choose the output subset with this many tokens")
+    w = sub.add_parser("answers", help="the target's greedy answers to training prompts, as token ids (one .npz)")
+    w.add_argument("--file", type=Path, default=None, help="output .npz (default: specdec_lesson/data/answers_smollm2.npz)")
+    w.add_argument("--n-code", type=int, default=400)
+    w.add_argument("--n-math", type=int, default=400)
+    w.add_argument("--batch", type=int, default=16)
+    w.add_argument("--max-new", type=int, default=160)
+    w.set_defaults(out=Path("runs/distill"))
     v = sub.add_parser("export-vllm", help="the shipped draft as a checkpoint folder vLLM's EAGLE proposer loads")
     v.add_argument("--dest", type=Path, default=None, help="checkpoint folder (default: the cache folder the bench uses)")
     v.add_argument("--out", type=Path, default=Path("runs/distill"), help=argparse.SUPPRESS)
-    for p in (g, c, t, h, x, v):
+    for p in (g, c, t, h, x, v, w):
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--fast", action="store_true")
         p.add_argument("--threads", type=int, default=1)
@@ -108,7 +117,13 @@ def _check(a) -> None:
     check_seed(a.seed, "--seed")
     check_threads(a.threads, "--threads", allow_none=False)
     pos = lambda name, allow_none=False: check_int(getattr(a, name), "--" + name.replace("_", "-"), lo=1, allow_none=allow_none)
-    if a.cmd in ("gen", "heldout"):
+    if a.cmd == "answers":
+        pos("batch")
+        if a.file is not None and a.file.suffix != ".npz":
+            raise UsageError(f"--file must end in .npz, got {a.file}")
+        if a.file is not None:
+            check_writable_dir(a.file.parent, "--file's folder")
+    if a.cmd in ("gen", "heldout", "answers"):
         for name in ("n_code", "n_math"):
             check_int(getattr(a, name), "--" + name.replace("_", "-"), lo=0)
         if a.n_code + a.n_math < 1:
@@ -140,7 +155,7 @@ def _check(a) -> None:
             raise UsageError(f"no checkpoint {a.out / 'ckpt.pt'}: run train with --out {a.out} first")
     elif a.cmd == "export-vllm" and a.dest is not None:
         check_writable_dir(a.dest, "--dest")
-    if a.cmd in ("heldout", "export", "export-vllm") and a.fast:
+    if a.cmd in ("heldout", "export", "export-vllm", "answers") and a.fast:
         raise UsageError(f"{a.cmd} always runs on the real target; --fast does not apply (and a --fast checkpoint "
                          "cannot be exported)")
     check_writable_dir(a.out, "--out")
@@ -180,6 +195,12 @@ def _run(a) -> None:
         from .evaluate import run_export
 
         print(json.dumps(run_export(a.out, k=a.k, step=a.step, curve_every=a.curve_every, n_sub=a.n_sub)))
+    elif a.cmd == "answers":
+        from ..drafters.suffix import DEFAULT_CORPUS
+        from .answers import run_answers
+
+        meta = run_answers(a.file or DEFAULT_CORPUS, a.n_code, a.n_math, a.batch, a.max_new, a.seed)
+        print(json.dumps(dict(meta, seconds=round(time.time() - t0, 1))))
     elif a.cmd == "export-vllm":
         from ..models import load_default_target
         from .export_vllm import ARCH, default_export_dir, export_vllm

@@ -5,6 +5,7 @@
 * :mod:`.lookup` - prompt lookup (n-gram), model-free;
 * :mod:`.eagle` - the EAGLE-style feature-level draft trained for the default target;
 * :mod:`.hybrid` - prompt lookup where the context repeats, a model elsewhere;
+* :mod:`.suffix` - lookup over the target's own past answers (a corpus index), model-free;
 * :mod:`.derived` - drafts made from the target itself (a noisy copy, its first layers), for teaching;
 * :mod:`.pair` - the offline default pair (target + shipped draft); imported by nothing below it.
 """
@@ -15,8 +16,9 @@ from .eagle import EagleConfig, EagleDraft, EagleDrafter, load_default_draft, lo
 from .hybrid import HybridDrafter
 from .lookup import PromptLookupDrafter
 from .model import ModelDrafter
+from .suffix import CorpusLookupDrafter, SuffixIndex
 
 __all__ = [
     "Drafter", "ModelDrafter", "PromptLookupDrafter", "EagleConfig", "EagleDraft", "EagleDrafter", "HybridDrafter",
-    "load_draft", "save_draft", "load_default_draft", "noisy_copy", "self_draft",
+    "load_draft", "save_draft", "load_default_draft", "noisy_copy", "self_draft", "CorpusLookupDrafter", "SuffixIndex",
 ]

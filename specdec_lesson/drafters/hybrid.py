@@ -27,18 +27,24 @@ class HybridDrafter(Drafter):
     """``model`` drafts unless prompt lookup finds a match of ``min_ngram``..``max_ngram`` tokens giving at least
     ``min_tokens`` proposals; ``lookup_k`` (> k) lets a step where every row takes the lookup propose more tokens
     (verifying 8-12 tokens costs about as much as 4 with a pre-packed target), never past the token budget the
-    engine passes to :meth:`propose_within`.  ``model`` must accept proposals other than its own at commit
-    (``accepts_foreign_proposals``, as ``EagleDrafter`` does: its commit re-feeds the accepted tokens)."""
+    engine passes to :meth:`propose_within`.  ``lookup`` replaces the prompt lookup (``max_ngram`` / ``min_ngram``
+    are then unused), e.g. by a ``drafters.suffix.CorpusLookupDrafter`` that also searches the target's past answers.
+    ``model`` must accept proposals other than its own at commit (``accepts_foreign_proposals``, as ``EagleDrafter``
+    does: its commit re-feeds the accepted tokens)."""
 
     def __init__(self, model: Drafter, *, max_ngram: int = 4, min_ngram: int = 2, min_tokens: int = 2,
-                 lookup_k: int | None = None) -> None:
+                 lookup_k: int | None = None, lookup: PromptLookupDrafter | None = None) -> None:
         if not getattr(model, "accepts_foreign_proposals", False):
             raise ValueError(f"{type(model).__name__} cannot commit tokens it did not propose; HybridDrafter needs a "
                              "drafter with accepts_foreign_proposals = True (e.g. EagleDrafter)")
         if min_tokens < 1:
             raise ValueError(f"min_tokens must be >= 1, got {min_tokens}")
         self.model = model
-        self.lookup = PromptLookupDrafter(max_ngram=max_ngram, min_ngram=min_ngram)
+        if lookup is not None and not isinstance(lookup, PromptLookupDrafter):
+            raise ValueError(f"lookup must be a PromptLookupDrafter (e.g. drafters.suffix.CorpusLookupDrafter), got "
+                             f"{type(lookup).__name__}")
+        # the lookup source: prompt lookup by default, or one that also searches a corpus (drafters.suffix)
+        self.lookup = lookup if lookup is not None else PromptLookupDrafter(max_ngram=max_ngram, min_ngram=min_ngram)
         self.min_tokens = min_tokens
         self.lookup_k = lookup_k  # proposals per lookup step when every row takes the lookup (None: the run's k)
         self.needs_target_hidden = model.needs_target_hidden
