@@ -88,6 +88,7 @@ def _demo(args) -> int:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     from .bench.tasks import chat, format_code_prompt, format_math_prompt
+    from .sim.calibrate import tune_k
     from .speculative import autoregressive_generate, speculative_generate
 
     t0 = time.perf_counter()
@@ -116,7 +117,7 @@ def _demo(args) -> int:
         print(f"K = {k} (--k)")
     else:
         probe = tok(chat(tok, prompts["code"]), return_tensors="pt").input_ids
-        k, why = _tuned_k(target, draft, probe)
+        k, why = tune_k(target, draft, probe)
         print(f"K = {k}, chosen by the simulator's cost model from a probe of this machine: {why}")
     best: dict[str, tuple[str, float]] = {}
     for name, text in prompts.items():
@@ -154,33 +155,6 @@ def _demo(args) -> int:
           + "; ".join(f"{name} {label} {gain:.2f}x" for name, (label, gain) in best.items())
           + " (one prompt each, one run: benchmarks/results/ has medians over prompts and repeats)")
     return 0
-
-
-def _tuned_k(target, draft, ids) -> tuple[int, str]:
-    """K that the simulator's cost model (``sim.calibrate``) predicts fastest on this machine: T(n) from the load-time
-    dispatch probe (or a short measurement), the draft's cost and alpha from a 32-token probe run."""
-    from .sim.calibrate import Profile, predict_speedup
-    from .speculative import speculative_generate
-
-    d = getattr(target, "dispatch_profile", None)
-    if d and d.get("best_ms"):
-        curve = {int(n): ms / 1e3 for n, ms in d["best_ms"].items()}
-    else:
-        from .profiling import measure_verify_curve
-
-        curve = measure_verify_curve(target, context=128, repeats=3, ns=list(range(1, 9)))
-    speculative_generate(target, draft, ids, 8, k=4)  # warm-up
-    _, st = speculative_generate(target, draft, ids, 32, k=4)
-    if st.proposed == 0 or not st.time_draft > 0:
-        return getattr(draft, "default_k", 4), "the probe drafted nothing, so the draft's default"
-    alpha = st.alpha if st.alpha == st.alpha else 0.5  # nan when the probe saw no acceptance test
-    prof = Profile(curve, st.time_draft / st.proposed, min(max(alpha, 0.0), 1.0))
-    ks = [k for k in range(1, max(curve)) if k + 1 <= max(curve)]
-    pred = {k: predict_speedup(prof, k) for k in ks}
-    k = max(pred, key=lambda j: (pred[j], -j))
-    return k, (f"T({k + 1})/T(1) = {prof.T(k + 1) / prof.T(1):.2f}, c = {prof.c:.3f}, alpha = {prof.alpha:.2f} -> "
-               f"predicted {pred[k]:.2f}x for the draft alone (K = 1..{max(ks)}: "
-               + " ".join(f"{pred[j]:.2f}" for j in ks) + ")")
 
 
 if __name__ == "__main__":

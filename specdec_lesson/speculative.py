@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 
 from .drafters import Drafter, ModelDrafter
+from .drafters.base import hidden_request
 from .generation import Clock, Outputs, check_run, eos_of, prepare_inputs
 from .kvcache import SlotCache
 from .models import check_same_vocab
@@ -109,7 +110,7 @@ def speculative_generate(
     k_max = drafter.max_proposal(k)  # the longest proposal one step may make (HybridDrafter: lookup_k)
     check_run(target, ids, max_new_tokens, k_max)
     kernels = verify == "token" and _use_kernels(use_kernels, device)  # the fused kernel is the token rule
-    need_hidden = drafter.needs_target_hidden
+    need_hidden = hidden_request(drafter)  # False, True (last hidden state) or layer indices
     B, L = ids.shape
     V = target.get_output_embeddings().weight.shape[0]
     clock, stats = Clock(device), SpecStats(k=k)

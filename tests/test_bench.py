@@ -250,6 +250,18 @@ def test_cli_end_to_end_tiny(tmp_path, capsys):
     assert html.stat().st_size < 200_000 and "plotly" in html.read_text()
 
 
+def test_cli_k_auto_chooses_one_k_and_says_why(tmp_path, capsys):
+    """--k auto: the simulator's cost model picks K from a probe of this machine; the run uses it and notes why."""
+    out = tmp_path / "bench_auto.json"
+    rc = main(["--pair", "tiny", "--task", "code", "--limit", "1", "--max-new-tokens", "4", "--repeats", "1",
+               "--warmup", "0", "--k", "auto", "--method", "ar,chain", "--out", str(out), "--no-progress"])
+    assert rc == 0, capsys.readouterr().err
+    res = load_results(out)
+    (k,) = res["settings"]["ks"]
+    assert res["settings"]["auto_k"] and [lab["label"] for lab in res["labels"]] == ["ar", f"chain-k{k}"]
+    assert any(f"K = {k} for every drafting method" in n and "predicted" in n for n in res["notes"]), res["notes"]
+
+
 def _expect_error(capsys, argv, fragment):
     rc = main(argv)
     err = capsys.readouterr().err
@@ -264,6 +276,7 @@ def _expect_error(capsys, argv, fragment):
     (["--method", "ar,magic"], "unknown method 'magic'"),
     (["--k", "0"], "--k values must be >= 1"),
     (["--k", "two"], "--k takes integers"),
+    (["--k", "auto,2"], "--k takes integers"),
     (["--prompts", "/nonexistent/p.jsonl"], "does not exist"),
     (["--task", "prompts"], "needs --prompts"),
     (["--pair", "gpt5"], "unknown pair 'gpt5'"),

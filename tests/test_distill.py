@@ -167,14 +167,15 @@ def test_training_prompts_disjoint_from_evaluation():
     from specdec_lesson.bench.requests import function_requests
     from specdec_lesson.bench.tasks import code_problems, math_problems
     from specdec_lesson.distill.data import code_corpus, training_prompts
-    from specdec_lesson.drafters.suffix import DEFAULT_CORPUS, load_answer_corpus
+    from specdec_lesson.drafters.suffix import ANSWER_FILES, load_answer_corpus
 
     train = training_prompts(1200, 500, seed=0) + training_prompts(600, 600, seed=1)
     assert len(train) == 2900
-    if DEFAULT_CORPUS.exists():  # the shipped answers: their prompts are training prompts of a recorded seed
-        rows, meta = load_answer_corpus()
-        train += training_prompts(meta["n_code"], meta["n_math"], meta["seed"])
-        assert len(rows) == meta["n_code"] + meta["n_math"]
+    for path in ANSWER_FILES:  # the shipped answer files:
+        if path.exists():  # their prompts are training prompts of a recorded seed
+            rows, meta = load_answer_corpus(path)
+            train += training_prompts(meta["n_code"], meta["n_math"], meta["seed"])
+            assert len(rows) == meta.get("answers", len(rows)) <= meta["n_code"] + meta["n_math"]  # a prefix of them
     corpus = code_corpus(100_000, seed=0)
     text = "\n".join([t for _, t in train] + [u + "\n" + a for u, a in corpus])
     assert len(corpus) > 4000

@@ -157,3 +157,15 @@ def test_run_answers_resumes_to_the_same_file(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="other settings"):  # a partial file of other settings is never mixed in
         (tmp_path / "cut.partial.npz").write_bytes((tmp_path / "whole.npz").read_bytes())
         A.run_answers(out, 3, 2, 2, 7, seed=0, progress=False, model=model, tokenizer=_Tok())
+
+
+def test_run_answers_max_batches_writes_a_prefix(tmp_path):
+    from specdec_lesson.distill import answers as A
+
+    model = tiny_llama(vocab_size=96, hidden_size=32, num_layers=2, seed=0, dtype=torch.float32)
+    whole = A.run_answers(tmp_path / "whole.npz", 3, 2, 2, 6, seed=0, progress=False, model=model, tokenizer=_Tok())
+    part = A.run_answers(tmp_path / "part.npz", 3, 2, 2, 6, seed=0, progress=False, model=model, tokenizer=_Tok(),
+                         max_batches=2)
+    assert whole["answers"] == 5 and part["answers"] == 4 and part["n_code"] + part["n_math"] == 5
+    rows, meta = load_answer_corpus(tmp_path / "part.npz")
+    assert rows == load_answer_corpus(tmp_path / "whole.npz")[0][:4] and meta["answers"] == 4

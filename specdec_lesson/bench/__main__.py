@@ -50,10 +50,12 @@ def _once(flag: str, items: list, text: str) -> list:
 
 
 def _ks(text: str) -> list[int]:
+    if text.strip().lower() == "auto":
+        return [4]  # a placeholder until the probe (BenchSettings.auto_k) chooses
     try:
         ks = [int(x) for x in _csv(text)]
     except ValueError:
-        raise _UsageError(f"--k takes integers >= 1 separated by commas (e.g. 4 or 1,2,4,8), got {text!r}") from None
+        raise _UsageError(f"--k takes integers >= 1 separated by commas (e.g. 4 or 1,2,4,8) or auto, got {text!r}") from None
     if not ks or any(k < 1 for k in ks):
         raise _UsageError(f"--k values must be >= 1, got {text!r}")
     return _once("--k", ks, text)
@@ -67,7 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--prompts", default=None, help="JSONL file, one {\"prompt\": ...} object per line")
     g.add_argument("--method", default=DEFAULT_METHODS,
                    help=f"comma list (default {DEFAULT_METHODS}; also hybrid, hybrid-suffix, suffix, tree)")
-    g.add_argument("--k", default="4", help="drafts per step: one value or a sweep like 1,2,4,8")
+    g.add_argument("--k", default="4", help="drafts per step: one value, a sweep like 1,2,4,8, or auto (chosen by the "
+                   "simulator's cost model from a probe of this machine)")
     g.add_argument("--max-new-tokens", type=int, default=128)
     g.add_argument("--temperature", type=float, default=0.0)
     g.add_argument("--top-k", type=int, default=None)
@@ -123,9 +126,10 @@ def _settings(a):
     if a.html and not a.report:
         raise _UsageError("--html goes with --report (a run writes no HTML page); make one afterwards with "
                           "--report RESULTS.json --html PAGE.html")
-    s = BenchSettings(tasks=tasks, methods=methods, ks=_ks(a.k), max_new_tokens=a.max_new_tokens, temperature=a.temperature,
-                      top_k=a.top_k, top_p=a.top_p, repeats=a.repeats, warmup=a.warmup, limit=a.limit, seed=a.seed,
-                      prompts_file=a.prompts, check_code=a.check_code, hybrid_lookup_k=a.hybrid_lookup_k)
+    s = BenchSettings(tasks=tasks, methods=methods, ks=_ks(a.k), auto_k=a.k.strip().lower() == "auto",
+                      max_new_tokens=a.max_new_tokens, temperature=a.temperature, top_k=a.top_k, top_p=a.top_p,
+                      repeats=a.repeats, warmup=a.warmup, limit=a.limit, seed=a.seed, prompts_file=a.prompts,
+                      check_code=a.check_code, hybrid_lookup_k=a.hybrid_lookup_k)
     s.validate()
     if a.prompts:
         from .tasks import load_prompts

@@ -52,6 +52,7 @@ class BenchSettings:
     prompt_lookup_ngram: int = 3
     hf_assistant_layers: int = 8
     hybrid_lookup_k: int = 8  # hybrid: proposals per step when prompt lookup drafts (hybrid.HybridDrafter)
+    auto_k: bool = False  # K chosen at the start by the simulator's cost model from a probe (sim.calibrate.tune_k)
 
     def validate(self) -> None:
         for name in ("tasks", "methods", "ks"):
@@ -282,6 +283,14 @@ def run_benchmark(loaded: Loaded, s: BenchSettings, *, progress: bool = True) ->
     _check_methods(loaded, labels)
     items = {t: T.task_items(t, s.limit, s.prompts_file) for t in s.tasks}
     encoded = {t: [loaded.encode(it["text"]) for it in its] for t, its in items.items()}
+    if s.auto_k and loaded.draft is not None:  # one K for every K method, from a probe on the first prompt
+        from ..sim.calibrate import tune_k
+
+        k, why = tune_k(loaded.target, loaded.draft, encoded[next(t for t in s.tasks if items[t])][0])
+        s.ks = [k]
+        loaded.notes.append(f"K = {k} for every drafting method, chosen by the simulator's cost model from a probe "
+                            f"of this machine with the draft alone (sim.calibrate.tune_k): {why}")
+        labels = s.labels()
     _check_fits(loaded, items, encoded, s, labels)
     if any(m.startswith("vllm") for _, m, _ in labels):
         from .vllm_engine import prepare

@@ -52,9 +52,11 @@ def _save(path: Path, rows: list[dict], meta: dict) -> None:
 
 
 def run_answers(out: Path, n_code: int, n_math: int, batch: int, max_new: int, seed: int, progress: bool = True,
-                model=None, tokenizer=None) -> dict:
+                model=None, tokenizer=None, max_batches: int | None = None) -> dict:
     """Answer the first ``n_code`` + ``n_math`` training prompts of ``seed`` greedily, ``batch`` at a time; write
-    ``out`` and return its meta.  ``model`` / ``tokenizer`` default to the default target (pre-packed)."""
+    ``out`` and return its meta.  ``model`` / ``tokenizer`` default to the default target (pre-packed).
+    ``max_batches`` stops after that many batches: the file is then complete for a prefix of the same prompt list
+    (its meta's ``answers`` says how many)."""
     from tqdm import tqdm
 
     from .teacher import generate_teacher
@@ -79,7 +81,8 @@ def run_answers(out: Path, n_code: int, n_math: int, batch: int, max_new: int, s
             raise ValueError(f"{partial} was made with other settings ({old}); delete it or rerun with those settings")
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
-    batches = range(len(rows) // batch * batch, len(items), batch)
+    end = len(items) if max_batches is None else min(len(items), max_batches * batch)
+    batches = range(len(rows) // batch * batch, end, batch)
     for start in tqdm(batches, desc="answers", disable=not progress):
         chunk = items[start:start + batch]
         ids = [tokenizer(chat_text(tokenizer, text), add_special_tokens=False)["input_ids"] for _, text in chunk]

@@ -4,7 +4,10 @@ corpus   teacher-forced data: real code (HumanEval 0..81 solutions, standard-lib
          to the benchmark's code prompt, with the target's hidden states; no generation, so much cheaper.
 gen      teacher data: the target's own responses (greedy, and 1 batch in ``--sample-every`` at T=0.7) to
          training prompts (``distill.data``), with its last hidden states; one shard file per batch.
-train    the EAGLE-style draft (``eagle.EagleDraft``) on those shards, checkpointing atomically.
+features teacher data recomputed from answer files of token ids (``distill.features``): the target's last
+         hidden states and the residual streams an EAGLE-3 draft fuses; no generation.
+train    the EAGLE-style draft (``eagle.EagleDraft``, or ``--arch eagle3``: ``eagle3.Eagle3Draft``) on those
+         shards, checkpointing atomically.
 heldout  the target's greedy answers to the benchmark's EVALUATION prompts, for offline acceptance only.
 export   a checkpoint as fp16 safetensors + JSON config under ``specdec_lesson/data/``, with the
          acceptance-per-checkpoint curve (``distill.evaluate``).
@@ -74,6 +77,15 @@ def _parser() -> OneLineParser:
     c.add_argument("--n", type=int, default=4000, help="number of (prompt, function) pairs")
     c.add_argument("--shard-size", type=int, default=64)
     c.add_argument("--max-shards", type=int, default=None, help="only the first N shards")
+    f = sub.add_parser("features", help="teacher data from answer files of token ids (no generation)")
+    f.add_argument("--out", type=Path, default=Path("runs/distill"))
+    f.add_argument("--answers", type=Path, action="append", default=None,
+                   help="an answers .npz (repeatable; default: every shipped one, drafters.suffix.ANSWER_FILES)")
+    f.add_argument("--aux-layers", default=None, help="target layers for the EAGLE-3 input, e.g. 2,15,27 (default: "
+                   "EAGLE-3's 2, L/2, L-3), or none")
+    f.add_argument("--shard-rows", type=int, default=128)
+    f.add_argument("--budget", type=int, default=8192, help="padded positions per forward")
+    f.add_argument("--max-shards", type=int, default=None, help="only the first N shards")
     t = sub.add_parser("train", help="train the draft")
     t.add_argument("--out", type=Path, default=Path("runs/distill"))
     t.add_argument("--steps", type=int, default=1500)
@@ -84,6 +96,11 @@ def _parser() -> OneLineParser:
     t.add_argument("--ckpt-every", type=int, default=50)
     t.add_argument("--val-every", type=int, default=50)
     t.add_argument("--reload", action="store_true", help="pick up new shards at each epoch")
+    t.add_argument("--arch", choices=("eagle", "eagle3"), default="eagle")
+    t.add_argument("--aux-layers", default=None, help="with --arch eagle3: the fused target layers (default 2, L/2, L-3)")
+    t.add_argument("--decay", type=float, default=0.8, help="weight decay**s of unrolled step s's loss")
+    t.add_argument("--init", type=Path, default=None, help="start from this draft folder or draft_*.pt (same arch)")
+    t.add_argument("--bf16", action="store_true", help="bfloat16 autocast (fp32 weights): about 2.5x faster on AVX512-BF16")
     h = sub.add_parser("heldout", help="target greedy outputs on evaluation prompts (offline alpha only)")
     h.add_argument("--out", type=Path, default=Path("runs/distill"))
     h.add_argument("--n-code", type=int, default=12)
@@ -101,11 +118,12 @@ def _parser() -> OneLineParser:
     w.add_argument("--n-math", type=int, default=400)
     w.add_argument("--batch", type=int, default=16)
     w.add_argument("--max-new", type=int, default=160)
+    w.add_argument("--max-batches", type=int, default=None, help="stop after N batches (a prefix of the prompts)")
     w.set_defaults(out=Path("runs/distill"))
     v = sub.add_parser("export-vllm", help="the shipped draft as a checkpoint folder vLLM's EAGLE proposer loads")
     v.add_argument("--dest", type=Path, default=None, help="checkpoint folder (default: the cache folder the bench uses)")
     v.add_argument("--out", type=Path, default=Path("runs/distill"), help=argparse.SUPPRESS)
-    for p in (g, c, t, h, x, v, w):
+    for p in (g, c, f, t, h, x, v, w):
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--fast", action="store_true")
         p.add_argument("--threads", type=int, default=1)
@@ -119,6 +137,7 @@ def _check(a) -> None:
     pos = lambda name, allow_none=False: check_int(getattr(a, name), "--" + name.replace("_", "-"), lo=1, allow_none=allow_none)
     if a.cmd == "answers":
         pos("batch")
+        pos("max_batches", True)
         if a.file is not None and a.file.suffix != ".npz":
             raise UsageError(f"--file must end in .npz, got {a.file}")
         if a.file is not None:
@@ -135,6 +154,13 @@ def _check(a) -> None:
         pos("workers")
         check_int(a.sample_every, "--sample-every", lo=0)
         check_int(a.worker, "--worker", lo=0, hi=a.workers - 1)
+    elif a.cmd == "features":
+        pos("shard_rows")
+        pos("budget")
+        pos("max_shards", True)
+        for p in a.answers or []:
+            if not p.is_file():
+                raise UsageError(f"--answers {p} does not exist; make it with {PROG} answers --file {p}")
     elif a.cmd == "corpus":
         pos("n")
         pos("shard_size")
@@ -143,6 +169,11 @@ def _check(a) -> None:
         for name in ("steps", "budget", "n_sub", "unroll", "ckpt_every", "val_every"):
             pos(name)
         check_float(a.lr, "--lr", lo=0.0, lo_open=True)
+        check_float(a.decay, "--decay", lo=0.0, hi=1.0, lo_open=True)
+        if a.init is not None and not a.init.exists():
+            raise UsageError(f"--init {a.init} does not exist: pass a draft folder (e.g. specdec_lesson/data) or a draft_*.pt")
+        if a.aux_layers is not None and a.arch != "eagle3":
+            raise UsageError("--aux-layers applies to --arch eagle3 only")
         if not shard_paths(a.out):
             raise UsageError(f"no teacher data under {a.out / 'data'} (no shard_*.pt): run gen (or corpus) with "
                              f"--out {a.out} first")
@@ -155,10 +186,27 @@ def _check(a) -> None:
             raise UsageError(f"no checkpoint {a.out / 'ckpt.pt'}: run train with --out {a.out} first")
     elif a.cmd == "export-vllm" and a.dest is not None:
         check_writable_dir(a.dest, "--dest")
+    if a.cmd in ("features", "train"):
+        a.aux_layers = _layers(a.aux_layers)
+        if a.cmd == "train" and a.aux_layers == "none":
+            raise UsageError("--aux-layers none: an eagle3 draft needs fused layers; give layer indices or leave it out")
     if a.cmd in ("heldout", "export", "export-vllm", "answers") and a.fast:
         raise UsageError(f"{a.cmd} always runs on the real target; --fast does not apply (and a --fast checkpoint "
                          "cannot be exported)")
     check_writable_dir(a.out, "--out")
+
+
+def _layers(text: str | None) -> tuple[int, ...] | None | str:
+    """``--aux-layers``: None (the default layers), "none" (no aux features) or a tuple of layer indices >= 1."""
+    if text is None or text.strip().lower() == "none":
+        return None if text is None else "none"
+    try:
+        layers = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise UsageError(f"--aux-layers must be comma-separated layer indices such as 2,15,27, got {text!r}") from None
+    if not layers or min(layers) < 1:
+        raise UsageError(f"--aux-layers must be layer indices >= 1, got {text!r}")
+    return layers
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -187,6 +235,19 @@ def _run(a) -> None:
     elif a.cmd == "corpus":
         n = run_corpus(a.out, a.n, a.seed, a.shard_size, fast=a.fast, max_shards=a.max_shards)
         print(json.dumps({"shards_written": n, "seconds": round(time.time() - t0, 1)}))
+    elif a.cmd == "features":
+        from ..drafters.eagle3 import default_aux_layers
+        from ..drafters.suffix import ANSWER_FILES
+        from .features import run_features
+
+        files = a.answers or [p for p in ANSWER_FILES if p.is_file()]
+        layers = None if a.aux_layers == "none" else a.aux_layers
+        if layers is None and a.aux_layers != "none":
+            from .teacher import _teacher
+
+            layers = default_aux_layers(_teacher(a.fast, 0)[0].config.num_hidden_layers)
+        n = run_features(a.out, files, layers, a.shard_rows, a.budget, fast=a.fast, max_shards=a.max_shards)
+        print(json.dumps({"shards_written": n, "aux_layers": layers, "seconds": round(time.time() - t0, 1)}))
     elif a.cmd == "heldout":
         from .evaluate import run_heldout
 
@@ -199,7 +260,8 @@ def _run(a) -> None:
         from ..drafters.suffix import DEFAULT_CORPUS
         from .answers import run_answers
 
-        meta = run_answers(a.file or DEFAULT_CORPUS, a.n_code, a.n_math, a.batch, a.max_new, a.seed)
+        meta = run_answers(a.file or DEFAULT_CORPUS, a.n_code, a.n_math, a.batch, a.max_new, a.seed,
+                           max_batches=a.max_batches)
         print(json.dumps(dict(meta, seconds=round(time.time() - t0, 1))))
     elif a.cmd == "export-vllm":
         from ..models import load_default_target
@@ -210,7 +272,7 @@ def _run(a) -> None:
         print(f"vLLM EAGLE checkpoint written to {path} (architecture {ARCH}; bench/vllm_worker.py registers it in vLLM)")
     elif a.cmd == "train":
         res = run_train(a.out, a.steps, a.budget, a.lr, a.n_sub, a.unroll, a.seed, a.fast, a.ckpt_every, a.val_every,
-                        reload=a.reload)
+                        reload=a.reload, arch=a.arch, decay=a.decay, init=a.init, aux_layers=a.aux_layers, bf16=a.bf16)
         print(json.dumps({"step": res["step"], "last": res["log"][-1], "seconds": round(time.time() - t0, 1)}))
 
 

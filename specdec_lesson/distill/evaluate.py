@@ -52,8 +52,12 @@ def offline_alpha(drafter, rows: list[dict], k: int = 4) -> dict:
 
     greedy = SamplingConfig(0.0)
     acc: dict[str, list[int]] = {}
+    key = "aux" if getattr(drafter, "target_hidden_layers", None) else "feats"  # what the engine would pass
     for r in rows:
-        toks, feats, n0 = r["tokens"].long(), r["feats"].float(), r["n_prompt"]
+        if key == "aux" and r.get("aux_layers") != list(drafter.target_hidden_layers):
+            raise ValueError(f"a held-out row lacks aux features for layers {list(drafter.target_hidden_layers)} "
+                             "(distill.features.add_aux makes them)")
+        toks, feats, n0 = r["tokens"].long(), r[key].float(), r["n_prompt"]
         drafter.begin(toks[None, :n0], torch.ones(1, n0, dtype=torch.bool), feats[None, : n0 - 1])
         pos = n0 - 1  # index of the pending token
         while pos + 1 < len(toks):
@@ -143,9 +147,9 @@ def run_export(out: Path, dest: Path | None = None, k: int = 4, step: int | None
         DEFAULT_DRAFT_DIR,
         DEFAULT_DRAFT_NAME,
         EagleConfig,
-        EagleDraft,
         EagleDrafter,
         _target_tables,
+        draft_class,
         save_draft,
     )
 
@@ -171,8 +175,12 @@ def run_export(out: Path, dest: Path | None = None, k: int = 4, step: int | None
 
         d2t = export_subset(load_shards(out), tok, n_sub, target.config.vocab_size, tok.eos_token_id)
     cfg = EagleConfig(ckpt["config"], n_sub=len(d2t))
-    model = EagleDraft(cfg, *_target_tables(target), d2t=d2t)
+    model = draft_class(cfg)(cfg, *_target_tables(target), d2t=d2t)
     held_path = out / "heldout.pt"
+    if held_path.exists() and model.target_hidden_layers:
+        from .features import add_aux
+
+        add_aux(out, model.target_hidden_layers)
     held = load_file(held_path, "the held-out set", "delete it and rerun heldout") if held_path.exists() else []
     curve = []
     for p in saved[curve_every - 1::curve_every]:

@@ -42,7 +42,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["ARCH", "export_vllm", "ensure_exported", "default_export_dir", "main"]
+__all__ = ["ARCH", "EAGLE3_ARCH", "export_vllm", "export_tensors_eagle3", "ensure_exported", "default_export_dir", "main"]
 
 ARCH = "SpecdecEagleForCausalLM"
 _MANIFEST = "specdec_export.json"
@@ -113,6 +113,59 @@ def export_tensors(target, draft_dir: str | Path | None = None, name: str = "eag
         "pad_token_id": getattr(tc, "pad_token_id", None), "dtype": "float32",
     }
     return tensors, config, meta
+
+
+EAGLE3_ARCH = "LlamaForCausalLMEagle3"  # vLLM's own EAGLE-3 Llama draft (vllm/model_executor/models/llama_eagle3.py)
+
+
+def export_tensors_eagle3(target, model) -> tuple[dict, dict]:
+    """(tensors, config.json dict) of an ``Eagle3Draft`` in vLLM's native EAGLE-3 layout, no registration needed::
+
+        fc.weight [H, n_aux * H]                            input order = aux_layers (low, mid, high)
+        layers.0.input_layernorm.weight                     norm_in (on the token embedding)
+        layers.0.hidden_norm.weight                         norm_hidden (on the fused or fed-back feature)
+        layers.0.self_attn.{q,k,v}_proj.weight [*, 2H]      input order [embedding ; feature]
+        layers.0.self_attn.o_proj, post_attention_layernorm, mlp.{gate,up,down}_proj, norm.weight
+        lm_head.weight [N, H]                               rows d2t of the target's output embedding
+        d2t [N]                                             OFFSETS: target id - draft id (vLLM adds arange(N))
+
+    and ``eagle_config.eagle_aux_hidden_state_layer_ids`` = the draft's ``aux_layers``.  Run it with
+    ``speculative_config={"method": "eagle3", "model": FOLDER, ...}``."""
+    c = model.cfg
+    if c.get("arch") != "eagle3":
+        raise ValueError(f"export_tensors_eagle3 takes an eagle3 draft, got arch {c.get('arch', 'eagle')!r}")
+    sd = {k: v.detach().to(torch.float32).cpu() if v.is_floating_point() else v.cpu() for k, v in model.state_dict().items()}
+    H, nh, nkv, hd = c["hidden"], c["heads"], c["kv_heads"], c["head_dim"]
+    d2t = sd["d2t"].long()  # [N] draft id -> target id
+    out_embed = target.get_output_embeddings().weight.detach().to(torch.float32).cpu()  # [V, H]
+    q, k, v = sd["qkv.weight"].split([nh * hd, nkv * hd, nkv * hd], 0)
+    gate, up = sd["gate_up.weight"].chunk(2, 0)
+    tensors = {
+        "fc.weight": sd["fc.weight"],
+        "layers.0.input_layernorm.weight": sd["norm_in"], "layers.0.hidden_norm.weight": sd["norm_hidden"],
+        "layers.0.self_attn.q_proj.weight": q, "layers.0.self_attn.k_proj.weight": k, "layers.0.self_attn.v_proj.weight": v,
+        "layers.0.self_attn.o_proj.weight": sd["o.weight"],
+        "layers.0.post_attention_layernorm.weight": sd["norm_mlp"],
+        "layers.0.mlp.gate_proj.weight": gate, "layers.0.mlp.up_proj.weight": up,
+        "layers.0.mlp.down_proj.weight": sd["down.weight"],
+        "norm.weight": sd["norm_out"],
+        "lm_head.weight": out_embed[d2t],
+        "d2t": d2t - torch.arange(len(d2t)),
+    }
+    tc = target.config
+    config = {
+        "architectures": [EAGLE3_ARCH], "model_type": "llama", "hidden_size": H, "target_hidden_size": H,
+        "num_attention_heads": nh, "num_key_value_heads": nkv, "head_dim": hd, "intermediate_size": c["intermediate"],
+        "num_hidden_layers": 1, "hidden_act": "silu", "rms_norm_eps": c["eps"], "rope_theta": c["rope_theta"],
+        "rope_parameters": {"rope_theta": c["rope_theta"], "rope_type": "default"},
+        "max_position_embeddings": int(getattr(tc, "max_position_embeddings", 8192)),
+        "vocab_size": out_embed.shape[0], "draft_vocab_size": len(d2t), "tie_word_embeddings": False,
+        "attention_bias": False, "mlp_bias": False,
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": list(c["aux_layers"]), "use_aux_hidden_state": True},
+        "bos_token_id": getattr(tc, "bos_token_id", None), "eos_token_id": getattr(tc, "eos_token_id", None),
+        "dtype": "float32",
+    }
+    return tensors, config
 
 
 def export_vllm(target, out: str | Path, *, draft_dir: str | Path | None = None, name: str = "eagle_smollm2") -> Path:

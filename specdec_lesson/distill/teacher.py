@@ -22,8 +22,8 @@ import torch
 
 from .data import chat_text, training_prompts
 
-__all__ = ["atomic_save", "load_file", "generate_teacher", "teacher_forced_rows", "run_gen", "run_corpus", "load_shards",
-           "shard_paths"]
+__all__ = ["atomic_save", "load_file", "generate_teacher", "teacher_forced_rows", "forward_in_batches", "run_gen",
+           "run_corpus", "load_shards", "shard_paths"]
 
 
 def atomic_save(obj, path: Path) -> None:
@@ -128,18 +128,25 @@ def run_corpus(out: Path, n: int, seed: int, shard_size: int = 64, budget: int =
             continue
         chunk = sorted(items[i: i + shard_size], key=lambda pa: len(pa[0]) + len(pa[1]))
         seqs = [(p + a)[:max_len] for p, a in chunk]
-        rows, j = [], 0
-        while j < len(seqs):  # sub-batches of at most ``budget`` padded positions
-            m = 1
-            while j + m < len(seqs) and len(seqs[j + m]) * (m + 1) <= budget:
-                m += 1
-            rows += teacher_forced_rows(model, seqs[j: j + m], [min(len(p), max_len - 1) for p, _ in chunk[j: j + m]])
-            j += m
+        rows = forward_in_batches(model, seqs, [min(len(p), max_len - 1) for p, _ in chunk], budget)
         for r in rows:
             r["kind"], r["temperature"], r["source"] = "code", None, "corpus"
         atomic_save(rows, path)
         written += 1
     return written
+
+
+def forward_in_batches(model, seqs: list[list[int]], n_prompts: list[int], budget: int,
+                       aux_layers: tuple[int, ...] | None = None) -> list[dict]:
+    """``teacher_forced_rows`` over length-sorted ``seqs`` in sub-batches of at most ``budget`` padded positions."""
+    rows, j = [], 0
+    while j < len(seqs):
+        m = 1
+        while j + m < len(seqs) and len(seqs[j + m]) * (m + 1) <= budget:
+            m += 1
+        rows += teacher_forced_rows(model, seqs[j: j + m], n_prompts[j: j + m], aux_layers)
+        j += m
+    return rows
 
 
 def shard_paths(out: Path) -> list[Path]:
@@ -150,7 +157,7 @@ def load_shards(out: Path) -> list[dict]:
     """Every row of every shard under ``out/data``; ValueError naming a shard that is unreadable or malformed."""
     rows = []
     for p in shard_paths(out):
-        cmd = "corpus" if p.name.startswith("shard_tf") else "gen"
+        cmd = "corpus" if p.name.startswith("shard_tf") else "features" if p.name.startswith("shard_ans") else "gen"
         fix = f"delete it and rerun {cmd} with the same arguments to rewrite it"
         part = load_file(p, "the teacher shard", fix)
         if not isinstance(part, list) or not all(isinstance(r, dict) and {"tokens", "feats", "n_prompt"} <= set(r) for r in part):
@@ -160,17 +167,25 @@ def load_shards(out: Path) -> list[dict]:
 
 
 @torch.no_grad()
-def teacher_forced_rows(model, sequences: list[list[int]], n_prompts: list[int]) -> list[dict]:
-    """One forward over each whole sequence (right-padded batch): rows like ``generate_teacher``'s."""
+def teacher_forced_rows(model, sequences: list[list[int]], n_prompts: list[int],
+                        aux_layers: tuple[int, ...] | None = None) -> list[dict]:
+    """One forward over each whole sequence (right-padded batch): rows like ``generate_teacher``'s; with
+    ``aux_layers`` also ``"aux"`` fp16 [L-1, len * H], the residual streams entering those layers (EAGLE-3's input)."""
     B, L = len(sequences), max(len(s) for s in sequences)
     ids = torch.zeros(B, L, dtype=torch.long)  # [B, L]
     mask = torch.zeros(B, L, dtype=torch.long)  # [B, L]
     for b, s in enumerate(sequences):
         ids[b, : len(s)] = torch.tensor(s)
         mask[b, : len(s)] = 1
-    h = model.model(input_ids=ids, attention_mask=mask).last_hidden_state  # [B, L, H]
-    return [{"tokens": torch.tensor(s, dtype=torch.int32), "feats": h[b, : len(s) - 1].to(torch.float16),
-             "n_prompt": n} for b, (s, n) in enumerate(zip(sequences, n_prompts))]
+    out = model.model(input_ids=ids, attention_mask=mask, output_hidden_states=bool(aux_layers))
+    h = out.last_hidden_state  # [B, L, H]
+    aux = torch.cat([out.hidden_states[i] for i in aux_layers], -1) if aux_layers else None  # [B, L, len * H]
+    rows = []
+    for b, (s, n) in enumerate(zip(sequences, n_prompts)):
+        rows.append({"tokens": torch.tensor(s, dtype=torch.int32), "feats": h[b, : len(s) - 1].to(torch.float16), "n_prompt": n})
+        if aux is not None:
+            rows[-1]["aux"], rows[-1]["aux_layers"] = aux[b, : len(s) - 1].to(torch.float16), list(aux_layers)
+    return rows
 
 
 @torch.no_grad()

@@ -31,13 +31,23 @@ import torch
 
 from ..sampling import SamplingConfig
 
-__all__ = ["Drafter"]
+__all__ = ["Drafter", "hidden_request"]
+
+
+def hidden_request(drafter) -> bool | tuple[int, ...]:
+    """What the engine asks the target's forward for on behalf of ``drafter`` (``SlotCache.forward(output_hidden=)``):
+    False, True (the last hidden state after the final norm) or the layers in ``target_hidden_layers``."""
+    if not getattr(drafter, "needs_target_hidden", False):
+        return False
+    layers = getattr(drafter, "target_hidden_layers", None)
+    return tuple(layers) if layers else True
 
 
 class Drafter(ABC):
     """Base class of draft sources (see the module docstring for the protocol)."""
 
     needs_target_hidden: bool = False
+    target_hidden_layers: tuple[int, ...] | None = None  # with needs_target_hidden: None = the last, after the final norm
     forwards: int = 0  # draft model forwards so far (0 for model-free drafters)
 
     @abstractmethod

@@ -102,8 +102,18 @@ class EagleDraft(nn.Module):
         x = x + self.down(F.silu(gate) * up)  # [B, T, H]
         return _rms(x, self.norm_out, self.cfg["eps"])
 
+    target_hidden_layers: tuple[int, ...] | None = None  # None: the target's last hidden state after its final norm
+
+    def embed_features(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The target's features as the draft's input feature (here: the last hidden state itself)."""
+        return hidden
+
+    def out_features(self, g: torch.Tensor) -> torch.Tensor:
+        """The draft's output ``g`` as a feature for the (tied) output layer (here ``g`` is already normed)."""
+        return g
+
     def logits(self, g: torch.Tensor) -> torch.Tensor:
-        return g @ self.head.T  # [..., N] subset logits
+        return self.out_features(g) @ self.head.T  # [..., N] subset logits
 
     def expand(self, kv: torch.Tensor) -> torch.Tensor:
         return kv.repeat_interleave(self.cfg["heads"] // self.cfg["kv_heads"], 1)  # [B, nh, S, hd]
@@ -115,7 +125,7 @@ class EagleDraft(nn.Module):
         cos, sin = self.rope(torch.arange(T, device=feats.device))
         scale = 1.0 / math.sqrt(self.cfg["head_dim"])
         keys, vals, outs = [], [], []
-        inp = feats
+        inp = first = self.embed_features(feats)  # [B, T, H]
         idx = torch.arange(T, device=feats.device)
         for s in range(steps):
             x, q, k, v = self.qkv_of(inp, tokens, cos, sin)
@@ -136,7 +146,7 @@ class EagleDraft(nn.Module):
                 attn = attn + p[..., T + r - 1:T + r] * vr
             g = self.finish(x, attn)  # [B, T, H]
             outs.append(g)
-            inp = torch.cat([feats[:, :1], g[:, :-1]], 1)  # next step feeds predicted f_t = g[t-1]
+            inp = torch.cat([first[:, :1], g[:, :-1]], 1)  # next step feeds predicted f_t = g[t-1]
         return outs
 
 
@@ -153,6 +163,7 @@ class EagleDrafter(Drafter):
         self.forwards = 0
         self.V = model.embed.shape[0]
         self.add_prompt_tokens = add_prompt_tokens
+        self.target_hidden_layers = model.target_hidden_layers  # which target hidden states the engine passes
 
     def _ensure(self, need: int) -> None:
         S = self.k_cache.shape[2]
@@ -197,14 +208,15 @@ class EagleDrafter(Drafter):
             self.d2t = torch.unique(torch.cat([m.d2t, prompt_ids[prompt_mask.bool()].long()]))  # [N']
         self.head = m.out_embed[self.d2t].to(dt) if len(self.d2t) != len(m.d2t) else m.head  # [N', H]
         if L > 1:
-            g = self._step(target_hidden.to(dt), prompt_ids[:, 1:], prompt_mask[:, :-1].bool())  # [B, L-1, H]
+            feats = m.embed_features(target_hidden.to(dt))  # [B, L-1, H]
+            g = self._step(feats, prompt_ids[:, 1:], prompt_mask[:, :-1].bool())  # [B, L-1, H]
             self.g_last = g[:, -1]  # [B, H] ~ feature of the pending token's position
             self.cursor += L - 1
         else:
             self.g_last = torch.zeros(B, c["hidden"], device=dev, dtype=dt)
 
     def _law(self, g: torch.Tensor, sampling: SamplingConfig) -> tuple[torch.Tensor, torch.Tensor | None]:
-        sub = as_float(g @ self.head.T)  # [B, N'] logits in fp32 (fp64 for an fp64 draft): q is a law to fp32 rounding
+        sub = as_float(self.model.out_features(g) @ self.head.T)  # [B, N'] in fp32 (fp64 for fp64): a law to fp32 rounding
         if sampling.greedy:
             return self.d2t[sub.argmax(-1)], None  # one-hot q on the full-vocabulary argmax
         full = sub.new_full((g.shape[0], self.V), float("-inf")).index_copy_(1, self.d2t, sub)  # [B, V]
@@ -242,7 +254,7 @@ class EagleDrafter(Drafter):
         j = torch.arange(M, device=dev)[None, :]  # [1, M]
         toks = torch.cat([self.last_tokens, next_token[:, None]], 1)[:, :M].clone()  # [B, M]
         toks = torch.where(j == num_accepted[:, None], next_token[:, None], toks)  # d_1..d_n, then next_token
-        feats = target_hidden[:, :M].to(self.model.head.dtype)  # [B, M, H] true features at pending, d_1..d_n
+        feats = self.model.embed_features(target_hidden[:, :M].to(self.model.head.dtype))  # [B, M, H] at pending, d_1..d_n
         g = self._step(feats, toks, j <= num_accepted[:, None])  # [B, M, H]
         self.g_last = g[torch.arange(B, device=dev), num_accepted]  # [B, H]
         self.cursor += num_accepted + 1
@@ -315,6 +327,17 @@ def save_draft(model: EagleDraft, folder: Path, name: str = DEFAULT_DRAFT_NAME, 
     (folder / f"{name}.json").write_text(json.dumps({"config": dict(model.cfg), **(extra or {})}, indent=1))
 
 
+DRAFT_CLASSES: dict[str, type[EagleDraft]] = {"eagle": EagleDraft}  # drafters.eagle3 adds "eagle3" on import
+
+
+def draft_class(cfg: dict) -> type[EagleDraft]:
+    """The draft class of a config's ``arch`` (``"eagle"`` when absent); ValueError naming an unknown one."""
+    arch = cfg.get("arch", "eagle")
+    if arch not in DRAFT_CLASSES:
+        raise ValueError(f"unknown draft architecture {arch!r} in the draft's config (known: {', '.join(DRAFT_CLASSES)})")
+    return DRAFT_CLASSES[arch]
+
+
 def load_draft(target, folder: Path, name: str = DEFAULT_DRAFT_NAME, dtype=torch.float32) -> EagleDraft:
     from safetensors.torch import load_file
 
@@ -323,7 +346,7 @@ def load_draft(target, folder: Path, name: str = DEFAULT_DRAFT_NAME, dtype=torch
                                 "python -m specdec_lesson.distill gen / train / export")
     meta = json.loads((folder / f"{name}.json").read_text())
     sd = load_file(str(folder / f"{name}.safetensors"))
-    model = EagleDraft(EagleConfig(meta["config"]), *_target_tables(target, dtype), d2t=sd["d2t"])
+    model = draft_class(meta["config"])(EagleConfig(meta["config"]), *_target_tables(target, dtype), d2t=sd["d2t"])
     model.load_state_dict({k: (v.to(dtype) if v.is_floating_point() else v.long()) for k, v in sd.items()})
     return model.to(dtype).eval()
 

@@ -48,6 +48,7 @@ class HybridDrafter(Drafter):
         self.min_tokens = min_tokens
         self.lookup_k = lookup_k  # proposals per lookup step when every row takes the lookup (None: the run's k)
         self.needs_target_hidden = model.needs_target_hidden
+        self.target_hidden_layers = getattr(model, "target_hidden_layers", None)
         self.default_k = getattr(model, "default_k", 4)
         self.lookup_steps = 0  # rows x steps drafted by lookup, and by the model (for reports)
         self.model_steps = 0

@@ -29,11 +29,13 @@ import numpy as np
 from .lookup import PromptLookupDrafter
 
 __all__ = ["SuffixIndex", "CorpusLookupDrafter", "load_answer_corpus", "default_answer_index", "DEFAULT_CORPUS",
-           "ANSWERS_FORMAT", "KINDS"]
+           "ANSWER_FILES", "ANSWERS_FORMAT", "KINDS"]
 
 ANSWERS_FORMAT = 1
 KINDS = ("code", "math")
 DEFAULT_CORPUS = Path(__file__).resolve().parents[1] / "data" / "answers_smollm2.npz"
+# every shipped answer file of the default target: DEFAULT_CORPUS (seed 2) and a larger one (seed 3; teacher data too)
+ANSWER_FILES = (DEFAULT_CORPUS, DEFAULT_CORPUS.with_name("answers_smollm2_more.npz"))
 
 
 class SuffixIndex:
@@ -136,7 +138,9 @@ def load_answer_corpus(path: str | Path | None = None) -> tuple[list[dict], dict
 
 
 def default_answer_index(path: str | Path | None = None, max_ngram: int = 6) -> SuffixIndex:
-    """A :class:`SuffixIndex` over the replies (not the prompts) of the shipped answer corpus: the target's own greedy
-    answers to training prompts, disjoint from every benchmark prompt."""
-    rows, _ = load_answer_corpus(path)
+    """A :class:`SuffixIndex` over the replies (not the prompts) of an answer file, by default of every shipped one
+    (``ANSWER_FILES`` that exist): the target's own greedy answers to training prompts, disjoint from every benchmark
+    prompt."""
+    paths = [Path(path)] if path is not None else [p for p in ANSWER_FILES if p.is_file()] or [DEFAULT_CORPUS]
+    rows = [r for p in paths for r in load_answer_corpus(p)[0]]
     return SuffixIndex((r["tokens"][r["n_prompt"]:] for r in rows), max_ngram=max_ngram)

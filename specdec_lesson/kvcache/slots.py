@@ -23,7 +23,17 @@ from transformers.cache_utils import Cache, DynamicCache
 
 from .paged import BlockTable, PagedKVCache, _PagedLayer, check_pool_fits
 
-__all__ = ["crop", "BlockTable", "PagedKVCache", "SlotCache"]
+__all__ = ["crop", "select_hidden", "BlockTable", "PagedKVCache", "SlotCache"]
+
+
+def select_hidden(out, which: bool | tuple[int, ...]) -> torch.Tensor | None:
+    """The hidden states a drafter asked for from an HF output with ``hidden_states``: None for False, the last
+    one (after the final norm) for True, else ``hidden_states[i]`` for each i concatenated [B, n, len * H]."""
+    if which is False or which is None:
+        return None
+    if which is True:
+        return out.hidden_states[-1]
+    return torch.cat([out.hidden_states[i] for i in which], -1)
 
 
 def crop(cache: Cache, keep: int) -> None:
@@ -85,10 +95,12 @@ class SlotCache:
 
     def forward(
         self, tokens: torch.Tensor, new_valid: torch.Tensor | None = None, *, has_holes: bool = False,
-        block_mask: torch.Tensor | None = None, positions: torch.Tensor | None = None, output_hidden: bool = False,
-        logits_to_keep: int = 0,
+        block_mask: torch.Tensor | None = None, positions: torch.Tensor | None = None,
+        output_hidden: bool | tuple[int, ...] = False, logits_to_keep: int = 0,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Feed ``tokens [B, n]``; returns ``(logits [B, n, V], hidden [B, n, H] or None)``.
+        """Feed ``tokens [B, n]``; returns ``(logits [B, n, V], hidden or None)``: ``output_hidden=True`` gives the
+        last hidden state after the final norm [B, n, H], a tuple of layer indices the residual streams entering
+        those layers (HF ``hidden_states[i]``) concatenated [B, n, len * H] (``select_hidden``).
 
         ``logits_to_keep=m > 0`` computes logits for the last m positions only (a prefill needs
         none of the 49152-wide rows of its prompt tokens); hidden states are always complete."""
@@ -116,12 +128,11 @@ class SlotCache:
         kw = {"logits_to_keep": logits_to_keep} if logits_to_keep else {}
         out = self.model(
             input_ids=tokens, attention_mask=mask, position_ids=positions, cache=self.cache,
-            use_cache=True, output_hidden_states=output_hidden, **kw,
+            use_cache=True, output_hidden_states=bool(output_hidden), **kw,
         )
         self.valid = valid
         self.lengths = self.lengths + new_valid.long().sum(1)
-        hidden = out.hidden_states[-1] if output_hidden else None
-        return out.logits, hidden
+        return out.logits, select_hidden(out, output_hidden)
 
     def rollback(self, since: int, keep: list[int]) -> None:
         """Keep the first ``keep[b]`` slots appended since slot ``since`` in row b (host list)."""
@@ -142,7 +153,7 @@ class SlotCache:
 
     def forward_tree(
         self, tokens: torch.Tensor, tree_start: int, tree_visible: torch.Tensor, positions: torch.Tensor, *,
-        output_hidden: bool = False,
+        output_hidden: bool | tuple[int, ...] = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Feed ``tokens [B, n]`` (tree nodes) that see every valid slot before ``tree_start`` and,
         among the slots from ``tree_start`` on (earlier tree nodes, then these n), only those
@@ -163,11 +174,11 @@ class SlotCache:
         mask.masked_fill_(~allowed[:, None], torch.finfo(self.dtype).min)  # [B, 1, n, S]
         out = self.model(
             input_ids=tokens, attention_mask=mask, position_ids=positions, cache=self.cache,
-            use_cache=True, output_hidden_states=output_hidden,
+            use_cache=True, output_hidden_states=bool(output_hidden),
         )
         self.valid = torch.cat([self.valid, torch.ones(B, n, dtype=torch.bool, device=tokens.device)], dim=1)
         self.lengths = self.lengths + n
-        return out.logits, out.hidden_states[-1] if output_hidden else None
+        return out.logits, select_hidden(out, output_hidden)
 
     @torch.inference_mode()
     def compact(self, since: int, paths: list[list[int]]) -> None:

@@ -28,7 +28,7 @@ from ..stats import SpecStats
 from ..theory import expected_tokens
 
 __all__ = ["Profile", "profile_from_stats", "predict_speedup", "measure_profile", "save_calibration", "load_calibration",
-           "default_calibration_path"]
+           "default_calibration_path", "tune_k"]
 
 
 @dataclass
@@ -162,3 +162,31 @@ def load_calibration(path: str | Path | None = None) -> dict | None:
     record = json.loads(p.read_text())
     record["profile"] = Profile.from_dict(record["profile"])
     return record
+
+
+def tune_k(target, draft, ids, probe_tokens: int = 32, probe_k: int = 4) -> tuple[int, str]:
+    """``(K, why)``: the K that this cost model predicts fastest on this machine for ``draft`` (a Drafter or a causal
+    LM) alone.  T(n) comes from the load-time dispatch probe (``target.dispatch_profile``, ``profiling.tune_dispatch``)
+    or a short measurement; the draft's seconds per drafted token and alpha from one ``probe_tokens``-token run on
+    ``ids`` [1, L].  ``why`` names the numbers the choice rests on (a few seconds of probing in all)."""
+    from ..speculative import speculative_generate
+
+    d = getattr(target, "dispatch_profile", None)
+    if d and d.get("best_ms"):
+        curve = {int(n): ms / 1e3 for n, ms in d["best_ms"].items()}
+    else:
+        from ..profiling import measure_verify_curve
+
+        curve = measure_verify_curve(target, context=128, repeats=3, ns=list(range(1, 9)))
+    speculative_generate(target, draft, ids, 8, k=probe_k)  # warm-up
+    _, st = speculative_generate(target, draft, ids, probe_tokens, k=probe_k)
+    if st.proposed == 0 or not st.time_draft > 0:
+        return getattr(draft, "default_k", probe_k), "the probe drafted nothing, so the draft's default"
+    alpha = st.alpha if st.alpha == st.alpha else 0.5  # nan when the probe saw no acceptance test
+    prof = Profile(curve, st.time_draft / st.proposed, min(max(alpha, 0.0), 1.0))
+    ks = [k for k in range(1, max(curve)) if k + 1 <= max(curve)]
+    pred = {k: predict_speedup(prof, k) for k in ks}
+    k = max(pred, key=lambda j: (pred[j], -j))
+    return k, (f"T({k + 1})/T(1) = {prof.T(k + 1) / prof.T(1):.2f}, c = {prof.c:.3f}, alpha = {prof.alpha:.2f} -> "
+               f"predicted {pred[k]:.2f}x for the draft alone (K = 1..{max(ks)}: "
+               + " ".join(f"{pred[j]:.2f}" for j in ks) + ")")

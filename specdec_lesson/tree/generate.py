@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..drafters import ModelDrafter
+from ..drafters.base import hidden_request
 from ..generation import Clock, Outputs, check_run, eos_of, prepare_inputs
 from ..kvcache import SlotCache
 from ..models import check_same_vocab
@@ -58,7 +59,7 @@ def tree_generate(
     if drafter is None:
         check_same_vocab(target, draft)
         drafter = ModelDrafter(draft, paged=paged)
-    need_hidden = getattr(drafter, "needs_target_hidden", False)
+    need_hidden = hidden_request(drafter)
 
     clock, stats = Clock(device), SpecStats(k=tree.max_depth)
     out = Outputs(1, max_new_tokens, eos_of(target, eos_token_id))
