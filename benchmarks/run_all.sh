@@ -10,8 +10,9 @@ if [ "${1:-}" != "--skip-done" ]; then
   python benchmarks/verify_curve.py --threads 2 --out "$R/verify_curve.json"
   python benchmarks/engine.py --prompts 2 --repeats 3 --out "$R/engine.json"
 fi
-python -m specdec_lesson.bench --pair default --task code,math --limit 8 --repeats 3 --k 4 --threads 2 \
-  --method ar,chain,hybrid,prompt-lookup,hf,hf-assisted,hf-prompt-lookup --max-new-tokens 96 --no-progress \
+# the headline: three held-out prompt styles (HumanEval-like code, math word problems, free-form function requests)
+python -m specdec_lesson.bench --pair default --task code,math,requests --limit 4 --repeats 3 --k 4 --threads 2 \
+  --method ar,chain,hybrid,hybrid-suffix,prompt-lookup,hf,hf-assisted,hf-prompt-lookup --max-new-tokens 96 --no-progress \
   --out "$R/bench_default_t0.json"
 # the K sweep (K = 1..6) for the distilled draft alone and for the hybrid, against the simulator's S(K) in notebook 07
 # (not a bench_*.json: notebook 07's headline stays the run above)

@@ -144,14 +144,27 @@ def test_cli_export_refuses_a_fast_checkpoint_and_a_missing_step(fast_data, tmp_
     (["heldout", "--n-code", "-1"], "--n-code must be an integer >= 0, got -1"),
     (["heldout", "--fast"], "heldout always runs on the real target; --fast does not apply"),
     (["export", "--k", "0"], "--k must be"),
+    (["train", "--decay", "0"], "--decay must be > 0.0"),
+    (["train", "--aux-layers", "2,15"], "--aux-layers applies to --arch eagle3 only"),
+    (["train", "--arch", "eagle3", "--aux-layers", "0,3"], "--aux-layers must be layer indices >= 1"),
+    (["train", "--arch", "eagle3", "--aux-layers", "none"], "an eagle3 draft needs fused layers"),
+    (["train", "--init", "/nonexistent/draft"], "--init /nonexistent/draft does not exist"),
+    (["features", "--aux-layers", "two"], "--aux-layers must be comma-separated layer indices"),
+    (["features", "--answers", "/nonexistent/a.npz"], "--answers /nonexistent/a.npz does not exist"),
+    (["features", "--shard-rows", "0"], "--shard-rows must be"),
+    (["export", "--init-json", "/nonexistent/d.json"], "--init-json /nonexistent/d.json does not exist"),
     (["gen", "--steps", "3"], "unrecognized arguments: --steps 3"),
     (["gen", "--batch", "two"], "argument --batch: invalid int value: 'two'"),
     ([], "the following arguments are required: cmd"),
 ])
 def test_cli_numeric_flags_are_checked_first(fast_data, tmp_path, capsys, no_target, argv, fragment):
     out = _copy_data(fast_data, tmp_path / "run")  # shards present: only the flag is wrong
-    extra = [] if not argv else ["--out", out] + (["--fast"] if argv[0] in ("train", "gen", "corpus") else [])
+    extra = [] if not argv else ["--out", out] + (["--fast"] if argv[0] in ("train", "gen", "corpus", "features") else [])
     _expect(capsys, argv + extra, fragment)
+
+
+def test_cli_answers_max_batches_is_checked_first(capsys, no_target):
+    _expect(capsys, ["answers", "--max-batches", "0"], "--max-batches must be")
 
 
 def test_cli_out_that_is_a_file(tmp_path, capsys, no_target):

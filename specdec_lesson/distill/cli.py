@@ -26,6 +26,20 @@ then train alone with 2 threads)::
         --ckpt-every 50 --val-every 100 --threads 2
     python -m specdec_lesson.distill export --curve-every 2 --n-sub 8192
 
+That was stage 1 (git revision dff1e6e ships it).  Stage 2 (session 5) trained it further on the target's own
+answers, kept as token ids in the repository, their features recomputed (1664 answers in 26 batches of 64, then
+``features`` over both shipped answer files, 424k positions, about 17 minutes; training 48 minutes, two runs side by
+side with 1 thread each; ``--arch eagle3`` with the same flags and no ``--init`` is the EAGLE-3 run beside it)::
+
+    python -m specdec_lesson.distill answers --file specdec_lesson/data/answers_smollm2_more.npz --n-code 1269 \
+        --n-math 1231 --batch 64 --max-new 160 --seed 3 --max-batches 26 --threads 2
+    python -m specdec_lesson.distill heldout --out runs/s5 --n-code 10 --n-math 10 --threads 2
+    python -m specdec_lesson.distill features --out runs/s5 --threads 2    # aux layers 2,15,27 for an eagle3 draft
+    cp specdec_lesson/data/eagle_smollm2.json runs/stage1.json             # the stage-1 draft's record
+    python -m specdec_lesson.distill train --out runs/s5 --init specdec_lesson/data --steps 1100 --budget 2048 \
+        --lr 5e-4 --n-sub 4096 --unroll 4 --ckpt-every 100 --val-every 100 --bf16 --threads 1
+    python -m specdec_lesson.distill export --out runs/s5 --n-sub 8192 --curve-every 2 --init-json runs/stage1.json
+
 Every file is written to a temporary name and renamed when complete (``atomic_save``), so an
 interrupted run never leaves a shard or checkpoint that passes for complete; rerunning the same
 command resumes: ``gen`` skips finished shards, ``train`` restarts from the last checkpoint (model,
@@ -112,6 +126,8 @@ def _parser() -> OneLineParser:
     x.add_argument("--step", type=int, default=None, help="checkpoint to ship (default: the last)")
     x.add_argument("--curve-every", type=int, default=1)
     x.add_argument("--n-sub", type=int, default=None, help="re-choose the output subset with this many tokens")
+    x.add_argument("--init-json", type=Path, default=None,
+                   help="the JSON of the draft train --init started from: its training is recorded as the earlier stage")
     w = sub.add_parser("answers", help="the target's greedy answers to training prompts, as token ids (one .npz)")
     w.add_argument("--file", type=Path, default=None, help="output .npz (default: specdec_lesson/data/answers_smollm2.npz)")
     w.add_argument("--n-code", type=int, default=400)
@@ -182,6 +198,8 @@ def _check(a) -> None:
         pos("step", True)
         pos("curve_every")
         pos("n_sub", True)
+        if a.init_json is not None and not a.init_json.is_file():
+            raise UsageError(f"--init-json {a.init_json} does not exist (the draft's .json beside its .safetensors)")
         if not (a.out / "ckpt.pt").is_file():
             raise UsageError(f"no checkpoint {a.out / 'ckpt.pt'}: run train with --out {a.out} first")
     elif a.cmd == "export-vllm" and a.dest is not None:
@@ -255,7 +273,8 @@ def _run(a) -> None:
     elif a.cmd == "export":
         from .evaluate import run_export
 
-        print(json.dumps(run_export(a.out, k=a.k, step=a.step, curve_every=a.curve_every, n_sub=a.n_sub)))
+        init_meta = json.loads(a.init_json.read_text()).get("training") if a.init_json else None
+        print(json.dumps(run_export(a.out, k=a.k, step=a.step, curve_every=a.curve_every, n_sub=a.n_sub, init_meta=init_meta)))
     elif a.cmd == "answers":
         from ..drafters.suffix import DEFAULT_CORPUS
         from .answers import run_answers

@@ -140,7 +140,7 @@ def export_subset(rows: list[dict], tokenizer, n_sub: int, vocab: int, eos: int)
 
 
 def run_export(out: Path, dest: Path | None = None, k: int = 4, step: int | None = None, curve_every: int = 1,
-               n_sub: int | None = None) -> dict:
+               n_sub: int | None = None, init_meta: dict | None = None) -> dict:
     """Checkpoint ``step`` (default: the last) -> shipped fp16 weights + config; offline held-out alpha of every
     ``curve_every``-th saved checkpoint -> curve JSON (``*_curve.json``)."""
     from ..drafters.eagle import (
@@ -199,6 +199,10 @@ def run_export(out: Path, dest: Path | None = None, k: int = 4, step: int | None
         final = offline_alpha(EagleDrafter(model), held, k) if held else None
     info = {"training": {"steps": ckpt["step"] if step is None else step, "positions": ckpt.get("positions"),
                          "seed": ckpt["seed"], f"heldout_offline_alpha_k{k}": final}}
+    if ckpt.get("made"):
+        info["training"]["made"] = ckpt["made"]
+    if init_meta is not None:  # the draft this run started from (train --init): its own training, one stage earlier
+        info["training"]["init"] = {kk: v for kk, v in init_meta.items() if not kk.startswith("heldout")}
     curve_json = json.dumps({"k": k, "curve": curve, "log": [{kk: e[kk] for kk in ("step", "loss", "val_acc", "seconds")
                                                               if kk in e} for e in ckpt["log"]]}, indent=0)
     _publish(dest, lambda tmp: (save_draft(model, tmp, DEFAULT_DRAFT_NAME, extra=info),

@@ -1,18 +1,14 @@
-"""An EAGLE-style feature-level draft for the default target, and its ``Drafter``.
+"""An EAGLE-style feature-level draft for the default target, and its ``Drafter`` (``eagle3``: the EAGLE-3 variant).
 
-The draft predicts the target's next *feature* (last hidden state after the final norm, f_t)
-rather than the next token directly (Li et al., EAGLE, 2024).  At position t its input is
-``fc([f_t ; e(x_{t+1})])`` (the target's feature and the embedding of the next token, from the
-target's own frozen embedding), then ONE Llama decoder layer (GQA and RoPE like the target) and a
-norm give ``g_t ~ f_{t+1}``; the logits for x_{t+2} are ``g_t @ E_sub.T``: the target's tied output
-layer restricted to the N most frequent teacher tokens (``d2t`` maps the subset back to the full
-vocabulary).  Past the verified prefix the draft feeds its own predicted features; training unrolls
-those steps ("training-time test", as in EAGLE-3: step s at position t sees the true-feature keys up
-to t-s+1 and its own earlier predicted keys), so multi-token drafts stay accurate.
-
-The draft law q handed to the engine is the full-vocabulary law after the run's SAME
-``SamplingConfig.probs``: full logits are -inf outside the subset (q = 0 there, which is exact:
-it is the law the draft samples from).  Greedy runs return ``None`` (a one-hot q).
+The draft predicts the target's next *feature* (last hidden state after the final norm, f_t; Li et al., EAGLE,
+2024).  At position t its input is ``fc([f_t ; e(x_{t+1})])`` (the target's feature and its frozen embedding of the
+next token), then ONE Llama decoder layer (GQA and RoPE like the target) and a norm give ``g_t ~ f_{t+1}``; the
+logits for x_{t+2} are ``g_t @ E_sub.T``: the target's tied output layer on the N most frequent teacher tokens
+(``d2t`` maps them back).  Past the verified prefix the draft feeds its own predicted features; training unrolls
+those steps ("training-time test": step s at position t sees the true-feature keys up to t-s+1 and its own earlier
+predicted keys).  The law q handed to the engine is the full-vocabulary law after the run's SAME
+``SamplingConfig.probs``: logits are -inf outside the subset (q = 0 there, exactly the law it samples from);
+greedy runs return ``None`` (a one-hot q).
 """
 
 from __future__ import annotations
