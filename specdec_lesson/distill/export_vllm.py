@@ -73,6 +73,19 @@ def default_export_dir() -> Path:
     return cache_root() / "vllm-eagle-smollm2"
 
 
+def _layer_tensors(sd: dict, nh: int, nkv: int, hd: int) -> dict:
+    """The decoder layer and final norm of a draft state dict under HF Llama names (qkv and gate_up split)."""
+    q, k, v = sd["qkv.weight"].split([nh * hd, nkv * hd, nkv * hd], 0)
+    gate, up = sd["gate_up.weight"].chunk(2, 0)
+    return {
+        "layers.0.input_layernorm.weight": sd["norm_in"],
+        "layers.0.self_attn.q_proj.weight": q, "layers.0.self_attn.k_proj.weight": k, "layers.0.self_attn.v_proj.weight": v,
+        "layers.0.self_attn.o_proj.weight": sd["o.weight"], "layers.0.post_attention_layernorm.weight": sd["norm_mlp"],
+        "layers.0.mlp.gate_proj.weight": gate, "layers.0.mlp.up_proj.weight": up,
+        "layers.0.mlp.down_proj.weight": sd["down.weight"], "norm.weight": sd["norm_out"],
+    }
+
+
 def export_tensors(target, draft_dir: str | Path | None = None, name: str = "eagle_smollm2") -> tuple[dict, dict, dict]:
     """(tensors by checkpoint name, config.json dict, the draft's own JSON) of the export, in memory."""
     from safetensors.torch import load_file
@@ -87,20 +100,8 @@ def export_tensors(target, draft_dir: str | Path | None = None, name: str = "eag
     V = out_embed.shape[0]
     if tuple(sd["fc.weight"].shape) != (H, 2 * H) or int(d2t.max()) >= V:
         raise ValueError(f"the draft {st} does not fit this target (fc {tuple(sd['fc.weight'].shape)}, vocabulary {V})")
-    q, k, v = sd["qkv.weight"].split([nh * hd, nkv * hd, nkv * hd], 0)
-    gate, up = sd["gate_up.weight"].chunk(2, 0)
-    tensors = {
-        "fc.weight": sd["fc.weight"], "fc.bias": sd["fc.bias"],
-        "layers.0.input_layernorm.weight": sd["norm_in"],
-        "layers.0.self_attn.q_proj.weight": q, "layers.0.self_attn.k_proj.weight": k, "layers.0.self_attn.v_proj.weight": v,
-        "layers.0.self_attn.o_proj.weight": sd["o.weight"],
-        "layers.0.post_attention_layernorm.weight": sd["norm_mlp"],
-        "layers.0.mlp.gate_proj.weight": gate, "layers.0.mlp.up_proj.weight": up,
-        "layers.0.mlp.down_proj.weight": sd["down.weight"],
-        "norm.weight": sd["norm_out"],
-        "lm_head.weight": out_embed[d2t],
-        "d2t": d2t,
-    }
+    tensors = {"fc.weight": sd["fc.weight"], "fc.bias": sd["fc.bias"], **_layer_tensors(sd, nh, nkv, hd),
+               "lm_head.weight": out_embed[d2t], "d2t": d2t}
     tc = target.config
     config = {
         "architectures": [ARCH], "model_type": "llama", "hidden_size": H, "num_attention_heads": nh,
@@ -138,20 +139,8 @@ def export_tensors_eagle3(target, model) -> tuple[dict, dict]:
     H, nh, nkv, hd = c["hidden"], c["heads"], c["kv_heads"], c["head_dim"]
     d2t = sd["d2t"].long()  # [N] draft id -> target id
     out_embed = target.get_output_embeddings().weight.detach().to(torch.float32).cpu()  # [V, H]
-    q, k, v = sd["qkv.weight"].split([nh * hd, nkv * hd, nkv * hd], 0)
-    gate, up = sd["gate_up.weight"].chunk(2, 0)
-    tensors = {
-        "fc.weight": sd["fc.weight"],
-        "layers.0.input_layernorm.weight": sd["norm_in"], "layers.0.hidden_norm.weight": sd["norm_hidden"],
-        "layers.0.self_attn.q_proj.weight": q, "layers.0.self_attn.k_proj.weight": k, "layers.0.self_attn.v_proj.weight": v,
-        "layers.0.self_attn.o_proj.weight": sd["o.weight"],
-        "layers.0.post_attention_layernorm.weight": sd["norm_mlp"],
-        "layers.0.mlp.gate_proj.weight": gate, "layers.0.mlp.up_proj.weight": up,
-        "layers.0.mlp.down_proj.weight": sd["down.weight"],
-        "norm.weight": sd["norm_out"],
-        "lm_head.weight": out_embed[d2t],
-        "d2t": d2t - torch.arange(len(d2t)),
-    }
+    tensors = {"fc.weight": sd["fc.weight"], "layers.0.hidden_norm.weight": sd["norm_hidden"],
+               **_layer_tensors(sd, nh, nkv, hd), "lm_head.weight": out_embed[d2t], "d2t": d2t - torch.arange(len(d2t))}
     tc = target.config
     config = {
         "architectures": [EAGLE3_ARCH], "model_type": "llama", "hidden_size": H, "target_hidden_size": H,

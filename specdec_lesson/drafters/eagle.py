@@ -90,13 +90,16 @@ class EagleDraft(nn.Module):
         q, k, v = qkv.split([c["heads"], c["kv_heads"], c["kv_heads"]], 1)
         return x, _rotate(q, cos, sin), _rotate(k, cos, sin), v
 
-    def finish(self, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
-        """x [B, T, H] residual, attn [B, nh, T, hd] -> predicted next feature g [B, T, H]."""
+    def residual_out(self, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+        """x [B, T, H] residual, attn [B, nh, T, hd] -> the layer's residual stream after o and the MLP [B, T, H]."""
         B, _, T, _ = attn.shape
         x = x + self.o(attn.transpose(1, 2).reshape(B, T, -1))  # [B, T, H]
         gate, up = self.gate_up(_rms(x, self.norm_mlp, self.cfg["eps"])).chunk(2, -1)
-        x = x + self.down(F.silu(gate) * up)  # [B, T, H]
-        return _rms(x, self.norm_out, self.cfg["eps"])
+        return x + self.down(F.silu(gate) * up)  # [B, T, H]
+
+    def finish(self, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+        """x [B, T, H] residual, attn [B, nh, T, hd] -> predicted next feature g [B, T, H] (after the final norm)."""
+        return _rms(self.residual_out(x, attn), self.norm_out, self.cfg["eps"])
 
     target_hidden_layers: tuple[int, ...] | None = None  # None: the target's last hidden state after its final norm
 

@@ -78,10 +78,7 @@ class Eagle3Draft(EagleDraft):
 
     def finish(self, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
         """x [B, T, H] residual, attn [B, nh, T, hd] -> g [B, T, H], the residual stream before the final norm."""
-        B, _, T, _ = attn.shape
-        x = x + self.o(attn.transpose(1, 2).reshape(B, T, -1))  # [B, T, H]
-        gate, up = self.gate_up(_rms(x, self.norm_mlp, self.cfg["eps"])).chunk(2, -1)
-        return x + self.down(torch.nn.functional.silu(gate) * up)  # [B, T, H]
+        return self.residual_out(x, attn)
 
 
 def init_eagle3_from_target(model: Eagle3Draft, target) -> None:
