@@ -28,10 +28,10 @@ from .results import RESULTS_FORMAT, _git_revision, load_results, machine_info, 
 __all__ = ["METHODS", "PAIRS", "RESULTS_FORMAT", "BenchSettings", "Loaded", "load_models", "run_benchmark", "write_results",
            "load_results", "check_code_reply", "CharTokenizer", "machine_info"]
 
-METHODS = ("ar", "chain", "hybrid", "hybrid-suffix", "suffix", "tree", "prompt-lookup", "hf", "hf-assisted",
+METHODS = ("ar", "chain", "hybrid", "hybrid-suffix", "suffix", "tree", "hybrid-tree", "prompt-lookup", "hf", "hf-assisted",
            "hf-prompt-lookup", "vllm", "vllm-ngram", "vllm-eagle")  # vllm*: vLLM worker processes (vllm_engine.py)
 K_METHODS = {"chain", "hybrid", "hybrid-suffix", "suffix", "prompt-lookup", "hf-assisted", "hf-prompt-lookup",
-             "vllm-ngram", "vllm-eagle"}  # tree: the StaticTree default shape
+             "vllm-ngram", "vllm-eagle"}  # tree: the StaticTree default shape; hybrid-tree: HybridTree (_hybrid_tree)
 
 
 @dataclass
@@ -128,6 +128,14 @@ def _tree_generate():
     return fn
 
 
+def _hybrid_tree(s: BenchSettings):
+    """The tree ``hybrid-tree`` drafts: the default HybridTree (an EAGLE-2 tree of 8 nodes, depth 4; on a lookup
+    step the draft's top 2 at depth 1) with ``hybrid_lookup_k`` lookup tokens."""
+    from ..tree.hybrid import HybridTree
+
+    return HybridTree(lookup_len=s.hybrid_lookup_k)
+
+
 def _corpus_lookup(loaded: Loaded):
     """A fresh ``CorpusLookupDrafter`` over the shipped answer corpus; the index is built once per loaded pair."""
     from ..drafters.suffix import CorpusLookupDrafter, default_answer_index
@@ -150,7 +158,7 @@ def _run_one(loaded: Loaded, method: str, k: int | None, ids: list[int], s: Benc
     dev = loaded.device
     x = torch.tensor([ids], dtype=torch.long, device=dev)  # [1, L]
     samp = dict(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p)
-    if method in ("ar", "chain", "hybrid", "hybrid-suffix", "suffix", "prompt-lookup", "tree"):
+    if method in ("ar", "chain", "hybrid", "hybrid-suffix", "suffix", "prompt-lookup", "tree", "hybrid-tree"):
         gen = torch.Generator(device=dev).manual_seed(seed)
         if method == "ar":
             toks, stats = autoregressive_generate(loaded.target, x, s.max_new_tokens, **samp, generator=gen,
@@ -158,6 +166,12 @@ def _run_one(loaded: Loaded, method: str, k: int | None, ids: list[int], s: Benc
         elif method == "tree":
             toks, stats = _tree_generate()(loaded.target, loaded.draft, x, s.max_new_tokens, **samp, generator=gen,
                                            eos_token_id=loaded.eos_token_id)  # the default StaticTree shape
+        elif method == "hybrid-tree":  # the draft's tree + the answer lookup's continuation, in one tree
+            from ..tree.hybrid import HybridTreeDrafter
+
+            drafter = HybridTreeDrafter(loaded.draft, lookup=_corpus_lookup(loaded))
+            toks, stats = _tree_generate()(loaded.target, drafter, x, s.max_new_tokens, tree=_hybrid_tree(s), **samp,
+                                           generator=gen, eos_token_id=loaded.eos_token_id)
         else:
             if method == "hybrid":
                 draft = HybridDrafter(loaded.draft, lookup_k=s.hybrid_lookup_k)
@@ -222,23 +236,27 @@ def _seed(s: BenchSettings, task_index: int, prompt_index: int, repeat: int) -> 
 
 def _check_methods(loaded: Loaded, labels) -> None:
     methods = {m for _, m, _ in labels}
-    drafted = {"chain", "hybrid", "hybrid-suffix", "tree"}
+    drafted = {"chain", "hybrid", "hybrid-suffix", "tree", "hybrid-tree"}
     if loaded.draft is None and methods & drafted:
         raise ValueError(f"methods {sorted(methods & drafted)} need a draft model, and this pair has "
                          "none (use --method ar,prompt-lookup,suffix,hf,hf-prompt-lookup, or another --pair)")
-    if methods & {"suffix", "hybrid-suffix"}:
+    if methods & {"suffix", "hybrid-suffix", "hybrid-tree"}:
         from ..drafters.suffix import DEFAULT_CORPUS, load_answer_corpus
 
         load_answer_corpus()  # a missing or damaged corpus: its own error, naming the fix, before any run
         if loaded.info.get("pair") != "default":
-            raise ValueError(f"methods suffix / hybrid-suffix search {DEFAULT_CORPUS.name}, the default target's own "
+            raise ValueError(f"methods suffix / hybrid-suffix / hybrid-tree search {DEFAULT_CORPUS.name}, the default target's own "
                              "answers (token ids of its tokenizer): use them with --pair default")
     if methods & {"hybrid", "hybrid-suffix"}:
         from ..drafters.hybrid import HybridDrafter
 
         HybridDrafter(loaded.draft)  # fails now, with its own error, if this draft cannot take lookup proposals
-    if "tree" in methods:
+    if methods & {"tree", "hybrid-tree"}:
         _tree_generate()
+    if "hybrid-tree" in methods:
+        from ..tree.hybrid import HybridTreeDrafter
+
+        HybridTreeDrafter(loaded.draft)  # fails now, with its own error, if this draft cannot draft trees
     if "hf-assisted" in methods:
         assistant = loaded.hf_assistant()
         if assistant is None:
@@ -264,6 +282,8 @@ def _check_fits(loaded: Loaded, items: dict, encoded: dict, s: BenchSettings, la
         from ..tree import StaticTree
 
         step = max(step, StaticTree().max_depth + 1)  # the default tree shape tree_generate runs
+    if "hybrid-tree" in methods:
+        step = max(step, _hybrid_tree(s).max_depth + 1)
     task, i = max(((t, j) for t in encoded for j in range(len(encoded[t]))), key=lambda tj: len(encoded[tj[0]][tj[1]]))
     longest = len(encoded[task][i])
     if longest + s.max_new_tokens + step > limit:

@@ -8,8 +8,10 @@ from itertools import product
 
 import torch
 
+from ..drafters.lookup import PromptLookupDrafter
 from ..sampling import SamplingConfig
 from ..toy import compose_steps, process_law
+from .hybrid import HybridTree, build_hybrid_tree
 from .structure import StaticTree, TokenTree, build_tree
 from .verify import tree_outcome_law, verify_tree, verify_tree_greedy
 
@@ -17,6 +19,17 @@ __all__ = ["tree_step_law", "tree_joint", "sample_tree_toy"]
 
 
 # ------------------------------------------------------------------ toy Markov models (exact and Monte Carlo)
+TOY_LOOKUP = PromptLookupDrafter(max_ngram=2, min_ngram=1)  # a HybridTree's lookup on toy contexts (deterministic)
+
+
+def _build(spec, context: Sequence[int], draft, sampling: SamplingConfig, generator=None) -> TokenTree:
+    """The library's own builder below ``context``; a :class:`HybridTree` grafts ``TOY_LOOKUP``'s continuation."""
+    expand = _toy_expand(draft, context)
+    if isinstance(spec, HybridTree):
+        chain = TOY_LOOKUP.continuation(list(context), spec.lookup_len)
+        return build_hybrid_tree(spec, context[-1], expand, chain, sampling, generator)
+    return build_tree(spec, context[-1], expand, sampling, generator)
+
 
 
 def _toy_expand(draft, context: Sequence[int]) -> Callable:
@@ -59,7 +72,7 @@ def tree_step_law(target, draft, context: Sequence[int], spec, horizon: int, tem
         trees = _iid_trees(spec, context, draft, proc)
     else:  # deterministic children: one tree, built by the library's own builder
         sampling = SamplingConfig(float(temperature), top_k, None if top_p is None else float(top_p))
-        trees = [(build_tree(spec, context[-1], _toy_expand(draft, context), sampling), Fraction(1))]
+        trees = [(_build(spec, context, draft, sampling), Fraction(1))]
     out: dict[tuple[int, ...], Fraction] = {}
     for tree, w in trees:
         p_of = lambda v, t=tree: proc(target.next_law(context + tuple(t.path_tokens(v))))  # noqa: E731
@@ -80,7 +93,8 @@ def tree_joint(target, draft, prompt: Sequence[int], n: int, spec, temperature=1
     m = max(target.order, draft.order)
 
     def step(context: tuple[int, ...], horizon: int) -> dict:
-        key = (context[-m:], horizon)  # Markov: only the last m tokens matter
+        # Markov: only the last m tokens matter, except to a lookup, which reads the whole context
+        key = (context if isinstance(spec, HybridTree) else context[-m:], horizon)
         if key not in memo:
             memo[key] = tree_step_law(target, draft, context, spec, horizon, temperature, top_k, top_p, rule, rules)
         return memo[key]
@@ -99,7 +113,7 @@ def sample_tree_toy(target, draft, prompt: Sequence[int], n: int, spec, batch: i
     for _ in range(batch):
         ctx = list(prompt)
         while len(ctx) < len(prompt) + n:
-            tree = build_tree(spec, ctx[-1], _toy_expand(draft, ctx), sampling, generator)
+            tree = _build(spec, ctx, draft, sampling, generator)
             windows = torch.tensor([(ctx + tree.path_tokens(v))[-target.order:] for v in range(tree.size)])  # [N, m]
             target_probs = sampling.probs(target.logits(windows))  # [N, V]
             if sampling.greedy:

@@ -11,6 +11,7 @@ from ..kvcache import SlotCache
 from ..models import check_same_vocab
 from ..sampling import SamplingConfig, as_float
 from ..stats import SpecStats
+from .hybrid import HybridTree, HybridTreeDrafter
 from .structure import DynamicTree, StaticTree, build_tree
 from .verify import verify_tree, verify_tree_greedy
 
@@ -32,7 +33,7 @@ def _tree_drafter(draft):
 
 @torch.inference_mode()
 def tree_generate(
-    target: torch.nn.Module, draft, input_ids, max_new_tokens: int, tree: StaticTree | DynamicTree = _DEFAULT_TREE,
+    target: torch.nn.Module, draft, input_ids, max_new_tokens: int, tree: StaticTree | DynamicTree | HybridTree = _DEFAULT_TREE,
     temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None, generator: torch.Generator | None = None, *,
     eos_token_id=None, attention_mask=None, paged: bool = False, rule: str | None = None, use_kernels: bool | None = None,
 ) -> tuple[list[torch.Tensor], SpecStats]:
@@ -40,15 +41,16 @@ def tree_generate(
 
     ``draft``: a causal LM sharing the target's vocabulary (drafted through a
     :class:`~specdec_lesson.drafters.ModelDrafter`, level by level with the tree mask) or a
-    drafter with ``tree_expand`` / ``commit_tree``.  ``tree``: a :class:`StaticTree` or
-    :class:`DynamicTree`.  ``rule`` overrides the tree's sibling rule (teaching only: a wrong
-    rule is biased).  Returns per-row new tokens and a :class:`SpecStats` whose ``k`` is the
-    tree's maximum depth, ``accept_hist`` counts accepted (and emitted) depths 0..k, ``alpha`` is
-    accepted / (accepted + steps that ended in a rejection of every child), and ``tau`` is tokens per
-    target forward.  Batches of more than one prompt raise ValueError (trees are B = 1 here).
+    drafter with ``tree_expand`` / ``commit_tree``.  ``tree``: a :class:`StaticTree`, a
+    :class:`DynamicTree` or a :class:`~specdec_lesson.tree.hybrid.HybridTree` (the draft's tree plus a lookup
+    continuation: ``draft`` is then wrapped in a prompt-lookup :class:`HybridTreeDrafter` unless it is one).
+    ``rule`` overrides the tree's sibling rule (teaching only: a wrong rule is biased).  Returns per-row new
+    tokens and a :class:`SpecStats` whose ``k`` is the tree's maximum depth, ``accept_hist`` counts accepted (and
+    emitted) depths 0..k, ``alpha`` is accepted / (accepted + steps that ended in a rejection of every child), and
+    ``tau`` is tokens per target forward.  Batches of more than one prompt raise ValueError (trees are B = 1 here).
     ``use_kernels``: KV compaction by the Triton kernel (default: on when CUDA and triton are present)."""
-    if not isinstance(tree, (StaticTree, DynamicTree)):
-        raise ValueError(f"tree must be a StaticTree or a DynamicTree, got {type(tree).__name__}")
+    if not isinstance(tree, (StaticTree, DynamicTree, HybridTree)):
+        raise ValueError(f"tree must be a StaticTree, a DynamicTree or a HybridTree, got {type(tree).__name__}")
     sampling = SamplingConfig(temperature, top_k, top_p)
     device = next(target.parameters()).device
     ids, mask = prepare_inputs(input_ids, attention_mask, device)
@@ -59,6 +61,10 @@ def tree_generate(
     if drafter is None:
         check_same_vocab(target, draft)
         drafter = ModelDrafter(draft, paged=paged)
+    if isinstance(tree, HybridTree) and not isinstance(drafter, HybridTreeDrafter):
+        drafter = HybridTreeDrafter(drafter)  # prompt lookup beside the draft
+    elif isinstance(drafter, HybridTreeDrafter) and not isinstance(tree, HybridTree):
+        raise ValueError("a HybridTreeDrafter drafts a HybridTree: pass tree=HybridTree(...)")
     need_hidden = hidden_request(drafter)
 
     clock, stats = Clock(device), SpecStats(k=tree.max_depth)
@@ -76,7 +82,10 @@ def tree_generate(
     stats.time_prefill = clock() - t0
     while not out.all_done:
         t1 = clock()
-        tr = build_tree(tree, pending, drafter.tree_expand, sampling, generator)
+        if isinstance(tree, HybridTree):
+            tr = drafter.build(tree, pending, sampling, generator)
+        else:
+            tr = build_tree(tree, pending, drafter.tree_expand, sampling, generator)
         t2 = clock()
         since, root_pos = state.num_slots, int(state.lengths[0])
         tokens = torch.tensor([tr.tokens], dtype=torch.long, device=device)  # [1, N]

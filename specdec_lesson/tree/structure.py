@@ -70,6 +70,25 @@ class TokenTree:
         self.source.append(v)
         return v
 
+    def graft(self, tokens: list[int]) -> list[int]:
+        """Add the chain ``tokens`` below the root, sharing the nodes whose path it already follows; returns the
+        chain's node ids.  New nodes go last (a parent still precedes its children; the order is no longer breadth
+        first) and get fresh ``source`` ids.  Siblings stay distinct tokens, so the ``"distinct"`` rule applies;
+        a tree of i.i.d. children (rule ``"iid"``) cannot take a deterministic chain (ValueError)."""
+        if self.rule != "distinct":
+            raise ValueError(f"a chain can be grafted only onto a tree of deterministic children (rule 'distinct'), "
+                             f"this one has rule {self.rule!r}: build the draft part with children='topk' or a DynamicTree")
+        v, ids = 0, []
+        for t in tokens:
+            match = next((c for c in self.children[v] if self.tokens[c] == int(t)), None)
+            if match is None:
+                fresh = max(self.source) + 1
+                match = self.add(t, v, self.scores[v])
+                self.source[match] = fresh
+            ids.append(match)
+            v = match
+        return ids
+
     def ancestors(self, v: int) -> list[int]:
         """Node ids from the root's child down to v (v included, root excluded)."""
         out = []
