@@ -150,7 +150,7 @@ def test_hybrid_tree_inputs_are_checked():
         HybridTreeDrafter(_eagle(PAIR.target), lookup=object())
     with pytest.raises(ValueError, match="pass tree=HybridTree"):
         tree_generate(PAIR.target, HybridTreeDrafter(_eagle(PAIR.target)), REPEATS, 5, tree=StaticTree((2,)))
-    assert HybridTree().max_nodes == 8 + 8 and HybridTree().max_depth == 8
+    assert HybridTree().max_nodes == 6 + 8 and HybridTree().max_depth == 8
 
 
 def test_greedy_with_the_answer_lookup_equals_plain():

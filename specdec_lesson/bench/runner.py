@@ -129,7 +129,7 @@ def _tree_generate():
 
 
 def _hybrid_tree(s: BenchSettings):
-    """The tree ``hybrid-tree`` drafts: the default HybridTree (an EAGLE-2 tree of 8 nodes, depth 4; on a lookup
+    """The tree ``hybrid-tree`` drafts: the default HybridTree (an EAGLE-2 tree of 6 nodes, depth 3; on a lookup
     step the draft's top 2 at depth 1) with ``hybrid_lookup_k`` lookup tokens."""
     from ..tree.hybrid import HybridTree
 
