@@ -245,8 +245,8 @@ def _check_methods(loaded: Loaded, labels) -> None:
 
         load_answer_corpus()  # a missing or damaged corpus: its own error, naming the fix, before any run
         if loaded.info.get("pair") != "default":
-            raise ValueError(f"methods suffix / hybrid-suffix / hybrid-tree search {DEFAULT_CORPUS.name}, the default target's own "
-                             "answers (token ids of its tokenizer): use them with --pair default")
+            raise ValueError(f"methods suffix / hybrid-suffix / hybrid-tree search {DEFAULT_CORPUS.name}, "
+                             "the default target's own answers (token ids of its tokenizer): use them with --pair default")
     if methods & {"hybrid", "hybrid-suffix"}:
         from ..drafters.hybrid import HybridDrafter
 
