@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every committed benchmark result, in one run on a quiet machine (about 90 minutes on 2 CPU cores).
+# Every committed benchmark result, in one run on a quiet machine (about 105 minutes on 2 CPU cores).
 # Every (prompt, method) repeats 3 times, interleaved; tables give medians and spreads.
 #   bash benchmarks/run_all.sh
 set -euo pipefail
@@ -25,6 +25,7 @@ python -m specdec_lesson.bench --report "$R/bench_default_t0.json"
 python -m specdec_lesson.bench --report "$R/bench_default_t07.json"
 python benchmarks/tree_vs_chain.py --threads 2 --prompts 2 --max-new 64 --repeats 3 --out "$R/tree_vs_chain.json"
 (cd benchmarks && python hybrid_tree.py --threads 2 --out results/hybrid_tree.json)  # trees of draft + lookup candidates
+python benchmarks/block_verify.py --threads 2 --out "$R/block_verify.json"  # block vs token verification, T = 0.7 / 1.0
 python benchmarks/calibrate.py --repeats 3
 # lookup over the target's own past answers (drafters.suffix, corpus specdec_lesson/data/answers_smollm2.npz) beside the hybrid,
 # on all three prompt styles (code, math, free-form function requests)

@@ -16,6 +16,8 @@ One host transfer per step (accepted counts and tokens), none per token.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from .drafters import Drafter, ModelDrafter
@@ -83,6 +85,7 @@ def speculative_generate(
     target: torch.nn.Module, draft, input_ids, max_new_tokens: int, k: int = 4, temperature: float = 0.0,
     top_k: int | None = None, top_p: float | None = None, generator: torch.Generator | None = None, *,
     eos_token_id=None, attention_mask=None, paged: bool = False, use_kernels: bool | None = None, verify: str = "token",
+    observe: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], None] | None = None,
 ) -> tuple[list[torch.Tensor], SpecStats]:
     """Speculative decoding (chain of ``k`` drafts per step), exact in distribution.
 
@@ -92,7 +95,14 @@ def speculative_generate(
 
     ``verify``: ``"token"`` (Leviathan's token-level rule, default; ``use_kernels`` may fuse it) or
     ``"block"`` (block verification, Sun et al. 2024, :mod:`specdec_lesson.verify.block`): also
-    exact, the same random numbers, never fewer accepted drafts in expectation (torch only)."""
+    exact, the same random numbers, never fewer accepted drafts in expectation (torch only).
+
+    ``observe``: a measurement hook, called before each step's verification with
+    ``(target_probs [B, K+1, V], draft_probs [B, K, V], draft_tokens [B, K])`` (e.g. to score both
+    rules on the same blocks with :func:`~specdec_lesson.verify.expected_accepted_given_drafts`);
+    it must not change them.  Not called on steps that proposed nothing."""
+    if observe is not None and not callable(observe):
+        raise ValueError(f"observe must be a callable or None, got {type(observe).__name__}")
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be an integer >= 1, got {k!r}")
     if verify not in VERIFY_RULES:
@@ -145,6 +155,8 @@ def speculative_generate(
         else:
             if draft_probs is None:  # deterministic drafter: q is one-hot
                 draft_probs = torch.nn.functional.one_hot(draft_tokens, V).to(target_probs.dtype)  # [B, K, V]
+            if observe is not None:
+                observe(target_probs, draft_probs, draft_tokens)
             uni, expo = draw_verify_randoms(B, K, V, device=device, dtype=target_probs.dtype, generator=generator)
             if verify == "block":
                 verify_fn = verify_block_from_randoms

@@ -11,6 +11,7 @@ from .block import (
     block_outcome_law,
     block_thresholds,
     block_thresholds_exact,
+    expected_accepted_given_drafts,
     token_outcome_law,
     verify_block,
     verify_block_from_randoms,
@@ -42,6 +43,7 @@ __all__ = [
     "verify_block_from_randoms",
     "verify_block",
     "block_thresholds_exact",
+    "expected_accepted_given_drafts",
     "block_outcome_law",
     "token_outcome_law",
 ]
