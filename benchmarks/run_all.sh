@@ -26,6 +26,9 @@ python -m specdec_lesson.bench --report "$R/bench_default_t07.json"
 python benchmarks/tree_vs_chain.py --threads 2 --prompts 2 --max-new 64 --repeats 3 --out "$R/tree_vs_chain.json"
 (cd benchmarks && python hybrid_tree.py --threads 2 --out results/hybrid_tree.json)  # trees of draft + lookup candidates
 python benchmarks/block_verify.py --threads 2 --out "$R/block_verify.json"  # block vs token verification, T = 0.7 / 1.0
+# the draft's vocabulary subset by acceptance per millisecond (held-out set: the target's answers to 10 + 10 eval prompts)
+python -m specdec_lesson.distill heldout --out runs/distill --n-code 10 --n-math 10 --threads 2
+python benchmarks/draft_vocab.py --heldout runs/distill/heldout.pt --out "$R/draft_vocab.json"
 python benchmarks/calibrate.py --repeats 3
 # lookup over the target's own past answers (drafters.suffix, corpus specdec_lesson/data/answers_smollm2.npz) beside the hybrid,
 # on all three prompt styles (code, math, free-form function requests)
