@@ -24,13 +24,13 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import random
 import statistics
 import time
 from pathlib import Path
 
 import torch
 
+from specdec_lesson.bench.metrics import bootstrap_speedup_ci
 from specdec_lesson.bench.results import machine_info, write_results
 from specdec_lesson.bench.tasks import chat, task_items
 from specdec_lesson.drafters.eagle import EagleDrafter
@@ -39,21 +39,6 @@ from specdec_lesson.verify import VERIFY_RULES, expected_accepted_given_drafts
 
 RESULTS = Path(__file__).resolve().parent / "results" / "block_verify.json"
 TASKS = ("code", "math", "requests")
-
-
-def ratio_ci(rows: list[tuple[float, float]], resamples: int = 2000, seed: int = 0) -> list[float] | None:
-    """95% percentile bootstrap interval over prompts of sum(a) / sum(b), rows = per-prompt (a, b)."""
-    if len(rows) < 2:
-        return None
-    rng = random.Random(seed)
-    stats = []
-    for _ in range(resamples):
-        pick = [rows[rng.randrange(len(rows))] for _ in rows]
-        den = sum(b for _, b in pick)
-        if den > 0:
-            stats.append(sum(a for a, _ in pick) / den)
-    stats.sort()
-    return [stats[int(0.025 * (len(stats) - 1))], stats[int(0.975 * (len(stats) - 1))]] if stats else None
 
 
 def run(target, model, ids: list[int], max_new: int, k: int, temperature: float, seed: int, rule: str, eos) -> dict:
@@ -87,20 +72,21 @@ def summarise(runs: list[dict]) -> dict:
                          "s_per_token": sum(r["s"] for r in rs) / sum(r["tokens"] for r in rs)}
     expected = {r: [x for run_ in runs for x in run_["expected"][r]] for r in VERIFY_RULES}
     prompts = sorted({r["id"] for r in runs})
-    per_prompt = [(sum(x for r in runs if r["id"] == p for x in r["expected"]["block"]),
-                   sum(x for r in runs if r["id"] == p for x in r["expected"]["token"])) for p in prompts]
-    speed = [(sum(r["tokens"] for r in runs if r["id"] == p and r["rule"] == "block")
-              / sum(r["s"] for r in runs if r["id"] == p and r["rule"] == "block"),
-              sum(r["tokens"] for r in runs if r["id"] == p and r["rule"] == "token")
-              / sum(r["s"] for r in runs if r["id"] == p and r["rule"] == "token")) for p in prompts]
+
+    # per prompt (block, token) pairs for the bootstrap over prompts: the expected accepted drafts of all its scored
+    # steps (both rules' runs; denominators 1, so the ratio is sum block / sum token), and each rule's tokens / seconds
+    expected_pairs = [(sum(x for r in runs if r["id"] == p for x in r["expected"]["block"]), 1.0,
+                       sum(x for r in runs if r["id"] == p for x in r["expected"]["token"]), 1.0) for p in prompts]
+    speed_pairs = [tuple(sum(r[key] for r in runs if r["id"] == p and r["rule"] == rule)
+                         for rule in ("block", "token") for key in ("tokens", "s")) for p in prompts]
     e_tok, e_blk = statistics.mean(expected["token"]), statistics.mean(expected["block"])
     return {
         "scored_steps": len(expected["token"]),
         "expected_accepted_per_step": {"token": e_tok, "block": e_blk},
-        "expected_gain": e_blk / e_tok, "expected_gain_ci": ratio_ci(per_prompt),
+        "expected_gain": e_blk / e_tok, "expected_gain_ci": bootstrap_speedup_ci(expected_pairs),
         "counted": by_rule,
         "tokens_per_s_block_over_token": by_rule["token"]["s_per_token"] / by_rule["block"]["s_per_token"],
-        "tokens_per_s_ratio_ci": ratio_ci(speed),
+        "tokens_per_s_ratio_ci": bootstrap_speedup_ci(speed_pairs),
     }
 
 

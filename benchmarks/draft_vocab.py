@@ -34,7 +34,7 @@ import torch
 
 from specdec_lesson import theory
 from specdec_lesson.bench.results import machine_info, write_results
-from specdec_lesson.distill.evaluate import offline_alpha
+from specdec_lesson.distill.evaluate import _load_weights, offline_alpha
 from specdec_lesson.distill.teacher import load_file
 from specdec_lesson.distill.train import choose_subset
 from specdec_lesson.drafters.eagle import EagleConfig, EagleDrafter, _target_tables, draft_class
@@ -49,8 +49,7 @@ def with_subset(draft, target, d2t: torch.Tensor):
     """The same trained draft, with its head over the tokens ``d2t``."""
     cfg = EagleConfig(dict(draft.cfg), n_sub=len(d2t))
     model = draft_class(cfg)(cfg, *_target_tables(target), d2t=d2t)
-    state = {k: v for k, v in draft.state_dict().items() if k != "d2t"}
-    model.load_state_dict({**state, "d2t": d2t})
+    _load_weights(model, draft.state_dict())  # the trained weights; d2t stays the new subset
     return model.eval()
 
 

@@ -60,6 +60,13 @@ VERIFY_RULES = ("token", "block")
 _LOG_RATIO_CAP = 1e4  # q(x) = 0 < p(x) (a draft q could not have drawn): log ratio +inf, capped so cumsums never meet inf - inf
 
 
+def _drafted_probs(target_probs: torch.Tensor, draft_probs: torch.Tensor, draft_tokens: torch.Tensor):
+    """``(p_i(X_i), q_i(X_i))``, each ``[B, K]``."""
+    tok = draft_tokens.long().unsqueeze(-1)  # [B, K, 1]
+    K = tok.shape[1]
+    return target_probs[:, :K].gather(-1, tok).squeeze(-1), draft_probs.gather(-1, tok).squeeze(-1)
+
+
 def block_thresholds(
     target_probs: torch.Tensor, draft_probs: torch.Tensor, draft_tokens: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -67,9 +74,7 @@ def block_thresholds(
     verification, for laws already in the verification precision (fp32 / fp64)."""
     B, K1, V = target_probs.shape
     K = K1 - 1
-    tok = draft_tokens.long().unsqueeze(-1)  # [B, K, 1]
-    p_x = target_probs[:, :K].gather(-1, tok).squeeze(-1)  # [B, K]  p_i(X_i)
-    q_x = draft_probs.gather(-1, tok).squeeze(-1)  # [B, K]  q_i(X_i)
+    p_x, q_x = _drafted_probs(target_probs, draft_probs, draft_tokens)  # [B, K], [B, K]
     log_r = (p_x.log() - q_x.log()).clamp(max=_LOG_RATIO_CAP)  # [B, K]  -inf where p_i(X_i) = 0
     log_r = torch.where(p_x > 0, log_r, torch.full_like(log_r, float("-inf")))  # p = q = 0: 0/0 -> reject
     s = torch.cat([torch.zeros_like(log_r[:, :1]), log_r.cumsum(-1)], dim=-1)  # [B, K+1]  S_0 = 0, S_1 .. S_K
@@ -150,11 +155,8 @@ def expected_accepted_given_drafts(
     target_probs, draft_probs = as_verify_law(target_probs, dtype), as_verify_law(draft_probs, dtype)
     K = draft_tokens.shape[1]
     if verify == "token":
-        tok = draft_tokens.long().unsqueeze(-1)  # [B, K, 1]
-        p_x = target_probs[:, :K].gather(-1, tok).squeeze(-1)  # [B, K]
-        q_x = draft_probs.gather(-1, tok).squeeze(-1)  # [B, K]
-        accept = torch.where(q_x > 0, (p_x / torch.where(q_x > 0, q_x, torch.ones_like(q_x))).clamp(max=1),
-                             (p_x > 0).to(dtype))  # [B, K]  min(1, p/q); q = 0 < p: a draft q never drew, accepted
+        p_x, q_x = _drafted_probs(target_probs, draft_probs, draft_tokens)  # [B, K], [B, K]
+        accept = (p_x / q_x).clamp(max=1).nan_to_num(0.0)  # [B, K]  min(1, p/q): p/0 -> 1 (accepted), 0/0 -> 0, as u q < p
         return accept.cumprod(-1).sum(-1)  # [B]
     _, h = block_thresholds(target_probs, draft_probs, draft_tokens)  # [B, K]
     after = torch.cat([(1 - h).flip(-1).cumprod(-1).flip(-1)[:, 1:], torch.ones_like(h[:, :1])], -1)  # [B, K] prod_{j>i}
