@@ -4,7 +4,7 @@ The shipped draft predicts the target's next feature and scores it with the targ
 restricted to N tokens (``d2t``).  Its trained weights do not depend on N, so one draft can be measured at every N.
 A small N makes the head cheap but leaves out tokens the target emits: the draft can never propose them.  For N in
 ``--sizes``, using the N most frequent reply tokens of the target's own shipped answers
-(``drafters.suffix.ANSWER_FILES``: training prompts only), plus the shipped subset itself, this measures:
+(``distill.subset.answer_subset``: training prompts only), plus the shipped subset itself, this measures:
 
 * greedy per-token acceptance alpha and tau, replayed offline (``distill.evaluate.offline_alpha``) on the held-out
   set.  This is the target's greedy answers to the benchmark's evaluation prompts (``distill heldout``); the
@@ -34,23 +34,14 @@ import torch
 
 from specdec_lesson import theory
 from specdec_lesson.bench.results import machine_info, write_results
-from specdec_lesson.distill.evaluate import _load_weights, offline_alpha
+from specdec_lesson.distill.evaluate import offline_alpha
+from specdec_lesson.distill.subset import SUBSET_SOURCE, answer_subset, with_subset
 from specdec_lesson.distill.teacher import load_file
-from specdec_lesson.distill.train import choose_subset
-from specdec_lesson.drafters.eagle import EagleConfig, EagleDrafter, _target_tables, draft_class
-from specdec_lesson.drafters.suffix import ANSWER_FILES, load_answer_corpus
+from specdec_lesson.drafters.eagle import EagleDrafter
 from specdec_lesson.profiling import measure_verify_curve
 from specdec_lesson.sampling import SamplingConfig
 
 RESULTS = Path(__file__).resolve().parent / "results" / "draft_vocab.json"
-
-
-def with_subset(draft, target, d2t: torch.Tensor):
-    """The same trained draft, with its head over the tokens ``d2t``."""
-    cfg = EagleConfig(dict(draft.cfg), n_sub=len(d2t))
-    model = draft_class(cfg)(cfg, *_target_tables(target), d2t=d2t)
-    _load_weights(model, draft.state_dict())  # the trained weights; d2t stays the new subset
-    return model.eval()
 
 
 def draft_ms(models: dict, k: int, rounds: int, gen: torch.Generator) -> dict[str, float]:
@@ -102,10 +93,8 @@ def main() -> None:
     target, shipped = pair.target, pair.draft.model
     V = target.config.vocab_size
     sizes = sorted({min(n, V) for n in sizes})
-    rows = [r for p in ANSWER_FILES if p.is_file() for r in load_answer_corpus(p)[0]]
-    rows = [{"tokens": torch.tensor(r["tokens"]), "n_prompt": r["n_prompt"]} for r in rows]
     eos = pair.tokenizer.eos_token_id
-    models = {f"answers-{n}": with_subset(shipped, target, choose_subset(rows, n, V, always=(eos,))) for n in sizes}
+    models = {f"answers-{n}": with_subset(shipped, target, answer_subset(n, V, eos)) for n in sizes}
     models[f"shipped-{len(shipped.d2t)}"] = shipped
     replies = torch.cat([r["tokens"][r["n_prompt"]:] for r in held])  # the held-out replies' tokens
     out: dict[str, dict] = {}
@@ -134,7 +123,7 @@ def main() -> None:
         "machine": {**machine_info(), "loadavg_before": load0, "loadavg_after": os.getloadavg()},
         "dispatch": getattr(target, "dispatch_profile", None), "k": a.k, "rounds": a.rounds,
         "heldout": {"rows": len(held), "reply_tokens": len(replies)},
-        "subset_source": "the N most frequent reply tokens of the target's shipped answers (training prompts)",
+        "subset_source": SUBSET_SOURCE,
         "target_ms": {"T1": t1, f"T{a.k + 1}": curve[a.k + 1] * 1e3}, "verify_ratio": verify_ratio,
         "subsets": out, "best": best,
     }

@@ -1,9 +1,9 @@
-"""benchmarks/draft_vocab.py: the shipped draft re-headed over another vocabulary subset (its trained weights do not
-depend on the subset) drafts exactly as before over the shipped subset, and only inside a smaller one."""
+"""benchmarks/draft_vocab.py and distill.subset: the shipped draft re-headed over another vocabulary subset (its trained
+weights do not depend on the subset) drafts exactly as before over the shipped subset, and only inside a smaller one;
+``distill resubset`` reproduces the shipped subset and rewrites a draft folder keeping its weights."""
 
 from __future__ import annotations
 
-import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +20,8 @@ def test_with_subset_keeps_the_draft_and_restricts_its_proposals():
 
     target, drafter, _ = load_default_pair(tune=False)
     shipped = drafter.model
-    with_subset = runpy.run_path(str(SCRIPT), run_name="draft_vocab")["with_subset"]  # the script's own function
+    from specdec_lesson.distill.subset import with_subset  # the function the script and distill resubset use
+
     same = with_subset(shipped, target, shipped.d2t.clone())
     small_ids = shipped.d2t[::8].clone()  # 1024 of the shipped tokens
     small = with_subset(shipped, target, small_ids)
@@ -43,3 +44,51 @@ def test_bad_flags_fail_before_loading_models(tmp_path):
                            (["--heldout", "x", "--sizes", "0"], ">= 1")):
         proc = subprocess.run([sys.executable, str(SCRIPT), *flags], capture_output=True, text=True, timeout=120)
         assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+
+
+def test_the_shipped_subset_is_the_one_resubset_chooses():
+    """The shipped d2t is reproducible: ``distill resubset --n-sub N`` over the shipped answers gives it back."""
+    from specdec_lesson.distill.subset import answer_subset
+    from specdec_lesson.drafters.pair import load_default_pair
+
+    target, drafter, tok = load_default_pair(tune=False)
+    d2t = drafter.model.d2t  # [N]
+    assert torch.equal(d2t, answer_subset(len(d2t), target.config.vocab_size, tok.eos_token_id))
+    assert tok.eos_token_id in d2t.tolist()
+
+
+def test_resubset_rewrites_a_draft_folder_in_place(tmp_path):
+    """run_resubset on a copy of the shipped draft: the trained weights are kept bit for bit, only d2t changes, and
+    the record says which subset it carries and what it replaced."""
+    import json
+    import shutil
+
+    from safetensors.torch import load_file
+
+    from specdec_lesson.distill.subset import SUBSET_SOURCE, run_resubset
+    from specdec_lesson.drafters.eagle import DEFAULT_DRAFT_DIR, DEFAULT_DRAFT_NAME
+
+    for suffix in (".safetensors", ".json"):
+        shutil.copy(DEFAULT_DRAFT_DIR / f"{DEFAULT_DRAFT_NAME}{suffix}", tmp_path)
+    before = load_file(str(tmp_path / f"{DEFAULT_DRAFT_NAME}.safetensors"))
+    info = run_resubset(1024, dest=tmp_path)
+    after = load_file(str(tmp_path / f"{DEFAULT_DRAFT_NAME}.safetensors"))
+    meta = json.loads((tmp_path / f"{DEFAULT_DRAFT_NAME}.json").read_text())
+    assert meta["config"]["n_sub"] == 1024 and after["d2t"].numel() == 1024
+    assert meta["subset"] == info["subset"] and meta["subset"]["source"] == SUBSET_SOURCE
+    assert meta["subset"]["replaced_n"] == before["d2t"].numel()
+    assert meta["training"]["steps"] == json.loads((DEFAULT_DRAFT_DIR / f"{DEFAULT_DRAFT_NAME}.json").read_text())[
+        "training"]["steps"]
+    assert set(after) == set(before)
+    assert all(torch.equal(after[k], before[k]) for k in before if k != "d2t")
+    assert not list(tmp_path.parent.glob(f".{tmp_path.name}.export-*"))  # no temporary folder left behind
+
+
+def test_resubset_bad_flags_fail_before_loading_models(tmp_path):
+    for flags, message in ((["--n-sub", "0"], "--n-sub"),
+                           (["--n-sub", "2048", "--heldout", str(tmp_path / "none.pt")], "distill heldout"),
+                           (["--n-sub", "2048", "--fast"], "--fast does not apply")):
+        proc = subprocess.run([sys.executable, "-m", "specdec_lesson.distill", "resubset", *flags], capture_output=True,
+                              text=True, timeout=120)
+        assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr

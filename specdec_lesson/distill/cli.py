@@ -12,6 +12,7 @@ heldout  the target's greedy answers to the benchmark's EVALUATION prompts, for 
 export   a checkpoint as fp16 safetensors + JSON config under ``specdec_lesson/data/``, with the
          acceptance-per-checkpoint curve (``distill.evaluate``).
 export-vllm  the shipped draft as a checkpoint folder vLLM's EAGLE proposer loads (``distill.export_vllm``).
+resubset the shipped draft re-headed over another output subset, no retraining (``distill.subset``).
 answers  the target's greedy answers to training prompts as token ids in one small ``.npz`` (``distill.answers``):
          the corpus of the lookup over past answers (``drafters.suffix``) and teacher data that survives a new machine.
 
@@ -39,6 +40,11 @@ side with 1 thread each; ``--arch eagle3`` with the same flags and no ``--init``
     python -m specdec_lesson.distill train --out runs/s5 --init specdec_lesson/data --steps 1100 --budget 2048 \
         --lr 5e-4 --n-sub 4096 --unroll 4 --ckpt-every 100 --val-every 100 --bf16 --threads 1
     python -m specdec_lesson.distill export --out runs/s5 --n-sub 8192 --curve-every 2 --init-json runs/stage1.json
+
+``benchmarks/draft_vocab.py`` then scored that draft over subsets of N = 1024 .. 49152 tokens (alpha flat, the head's
+cost not), and the shipped draft carries the 2048 most frequent reply tokens of the shipped answers (session 8)::
+
+    python -m specdec_lesson.distill resubset --n-sub 2048 --heldout runs/s5/heldout.pt
 
 Every file is written to a temporary name and renamed when complete (``atomic_save``), so an
 interrupted run never leaves a shard or checkpoint that passes for complete; rerunning the same
@@ -136,10 +142,15 @@ def _parser() -> OneLineParser:
     w.add_argument("--max-new", type=int, default=160)
     w.add_argument("--max-batches", type=int, default=None, help="stop after N batches (a prefix of the prompts)")
     w.set_defaults(out=Path("runs/distill"))
+    r = sub.add_parser("resubset", help="re-head the shipped draft over the N most frequent reply tokens of the answers")
+    r.add_argument("--n-sub", type=int, required=True, help="size of the new output subset")
+    r.add_argument("--heldout", type=Path, default=None, help="held-out set (distill heldout) to rescore alpha on")
+    r.add_argument("--k", type=int, default=4)
     v = sub.add_parser("export-vllm", help="the shipped draft as a checkpoint folder vLLM's EAGLE proposer loads")
     v.add_argument("--dest", type=Path, default=None, help="checkpoint folder (default: the cache folder the bench uses)")
     v.add_argument("--out", type=Path, default=Path("runs/distill"), help=argparse.SUPPRESS)
-    for p in (g, c, f, t, h, x, v, w):
+    r.set_defaults(out=Path("runs/distill"))
+    for p in (g, c, f, t, h, x, v, w, r):
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--fast", action="store_true")
         p.add_argument("--threads", type=int, default=1)
@@ -202,13 +213,18 @@ def _check(a) -> None:
             raise UsageError(f"--init-json {a.init_json} does not exist (the draft's .json beside its .safetensors)")
         if not (a.out / "ckpt.pt").is_file():
             raise UsageError(f"no checkpoint {a.out / 'ckpt.pt'}: run train with --out {a.out} first")
+    elif a.cmd == "resubset":
+        pos("n_sub")
+        pos("k")
+        if a.heldout is not None and not a.heldout.is_file():
+            raise UsageError(f"--heldout {a.heldout} does not exist; make it with {PROG} heldout --out DIR")
     elif a.cmd == "export-vllm" and a.dest is not None:
         check_writable_dir(a.dest, "--dest")
     if a.cmd in ("features", "train"):
         a.aux_layers = _layers(a.aux_layers)
         if a.cmd == "train" and a.aux_layers == "none":
             raise UsageError("--aux-layers none: an eagle3 draft needs fused layers; give layer indices or leave it out")
-    if a.cmd in ("heldout", "export", "export-vllm", "answers") and a.fast:
+    if a.cmd in ("heldout", "export", "export-vllm", "answers", "resubset") and a.fast:
         raise UsageError(f"{a.cmd} always runs on the real target; --fast does not apply (and a --fast checkpoint "
                          "cannot be exported)")
     check_writable_dir(a.out, "--out")
@@ -275,6 +291,11 @@ def _run(a) -> None:
 
         init_meta = json.loads(a.init_json.read_text()).get("training") if a.init_json else None
         print(json.dumps(run_export(a.out, k=a.k, step=a.step, curve_every=a.curve_every, n_sub=a.n_sub, init_meta=init_meta)))
+    elif a.cmd == "resubset":
+        from .subset import run_resubset
+
+        info = run_resubset(a.n_sub, a.heldout, a.k)
+        print(json.dumps({"subset": info["subset"], "heldout": info.get("training", {}).get(f"heldout_offline_alpha_k{a.k}")}))
     elif a.cmd == "answers":
         from ..drafters.suffix import DEFAULT_CORPUS
         from .answers import run_answers

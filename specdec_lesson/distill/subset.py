@@ -1,0 +1,77 @@
+"""The shipped draft's output subset, re-chosen without retraining (``python -m specdec_lesson.distill resubset``).
+
+The EAGLE-style draft scores its predicted feature with the target's own frozen output layer restricted to N rows
+(``d2t``), so its trained weights do not depend on N: one trained draft can be re-headed over any subset.
+``benchmarks/draft_vocab.py`` measured acceptance per millisecond for N = 1024 .. 49152 and found alpha flat while
+the head's cost grows with N; ``resubset`` ships the subset it chose:
+
+* ``answer_subset``: the N most frequent reply tokens of the target's shipped answers to *training* prompts
+  (``drafters.suffix.ANSWER_FILES``), end-of-sequence always in, ties to the lowest id;
+* ``with_subset``: the same trained draft with its head over a given ``d2t``;
+* ``run_resubset``: the shipped draft re-headed and written back in place (each file renamed into place when
+  complete), its record saying which subset it carries and, given a held-out set, the offline acceptance with it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from .evaluate import _load_weights, _publish, offline_alpha
+from .teacher import load_file
+from .train import choose_subset
+
+__all__ = ["SUBSET_SOURCE", "answer_subset", "with_subset", "run_resubset"]
+
+SUBSET_SOURCE = "the N most frequent reply tokens of the target's shipped answers to training prompts (drafters.suffix)"
+
+
+def answer_subset(n_sub: int, vocab: int, eos: int, files: tuple[Path, ...] | None = None) -> torch.Tensor:
+    """``d2t``: the ``n_sub`` most frequent reply tokens of the shipped answer files (``eos`` always in), sorted."""
+    from ..drafters.suffix import ANSWER_FILES, load_answer_corpus
+
+    paths = [p for p in (files or ANSWER_FILES) if Path(p).is_file()]
+    if not paths:
+        raise FileNotFoundError(f"no answer file among {[str(p) for p in (files or ANSWER_FILES)]}; make one with "
+                                "python -m specdec_lesson.distill answers")
+    rows = [r for p in paths for r in load_answer_corpus(p)[0]]
+    rows = [{"tokens": torch.tensor(r["tokens"]), "n_prompt": r["n_prompt"]} for r in rows]
+    return choose_subset(rows, n_sub, vocab, always=(eos,))  # [N]
+
+
+def with_subset(draft, target, d2t: torch.Tensor):
+    """The same trained draft, with its head over the tokens ``d2t`` (``[N]`` target ids)."""
+    from ..drafters.eagle import EagleConfig, _target_tables, draft_class
+
+    cfg = EagleConfig(dict(draft.cfg), n_sub=len(d2t))
+    model = draft_class(cfg)(cfg, *_target_tables(target), d2t=d2t)
+    _load_weights(model, draft.state_dict())  # the trained weights; d2t stays the new subset
+    return model.eval()
+
+
+def run_resubset(n_sub: int, held_path: Path | None = None, k: int = 4, dest: Path | None = None) -> dict:
+    """Re-head the draft in ``dest`` (default: the shipped one) over ``answer_subset(n_sub)`` and write it back.
+
+    Its JSON keeps the training record; ``subset`` says where the N tokens came from and what they replaced, and
+    ``training.heldout_offline_alpha_k{k}`` is rescored on ``held_path`` (``distill heldout``) when given."""
+    from ..drafters.eagle import DEFAULT_DRAFT_DIR, DEFAULT_DRAFT_NAME, EagleDrafter, load_draft, save_draft
+    from ..models import load_default_target
+
+    dest = dest or DEFAULT_DRAFT_DIR
+    meta = json.loads((dest / f"{DEFAULT_DRAFT_NAME}.json").read_text())
+    held = load_file(held_path, "the held-out set", "delete it and rerun distill heldout") if held_path else None
+    target, tok = load_default_target(verbose=False)
+    old = load_draft(target, dest)
+    V = target.config.vocab_size
+    if n_sub > V:
+        raise ValueError(f"--n-sub {n_sub} is larger than the target's vocabulary ({V})")
+    model = with_subset(old, target, answer_subset(n_sub, V, tok.eos_token_id))
+    info = {k_: v for k_, v in meta.items() if k_ != "config"}
+    info["subset"] = {"n": n_sub, "source": SUBSET_SOURCE, "replaced_n": len(old.d2t),
+                      "chosen_by": "benchmarks/draft_vocab.py (acceptance per millisecond)"}
+    if held is not None:
+        info.setdefault("training", {})[f"heldout_offline_alpha_k{k}"] = offline_alpha(EagleDrafter(model), held, k)
+    _publish(dest, lambda tmp: save_draft(model, tmp, DEFAULT_DRAFT_NAME, extra=info))
+    return info
