@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import statistics
 import time
+import warnings
 from collections.abc import Iterable
 
 import torch
@@ -182,16 +183,23 @@ def measure_framework_overhead(
     return measure_verify_curve(model, context=context, repeats=repeats, ns=[1])[1]
 
 
+NOISY_SPREAD = 0.15  # median relative spread of the probe's repeats above which tune_dispatch calls the machine busy
+
+
 def tune_dispatch(model: torch.nn.Module, widths: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 8), context: int = 128,
                   repeats: int = 5) -> dict:
     """Measure one forward over n new tokens (batch 1, after a ``context``-token cache) with plain and with
     packed weights for each n in ``widths``, interleaved, and set ``plain_rows_max`` to the largest n such
     that plain is faster at every width up to n.  Returns ``{"plain_ms": {n: ms}, "packed_ms": {n: ms},
-    "plain_rows_max": r, "best_ms": {n: ms}}`` (medians).  A model without packed linears is left alone."""
+    "plain_rows_max": r, "best_ms": {n: ms}, "spread": s, "noisy": bool}`` (medians).  ``spread`` is the
+    median over widths and paths of (slowest - fastest) / median of the repeats: about 0.02-0.03 on a quiet
+    2-core machine, near 1 with another process on a core.  Above ``NOISY_SPREAD`` the probe warns, since its
+    choice of weights (and every timing taken alongside) is then unreliable.  A model without packed
+    linears is left alone."""
     from .fastcpu import count_packed, set_plain_rows
 
     if count_packed(model) == 0:
-        return {"plain_ms": {}, "packed_ms": {}, "plain_rows_max": 0, "best_ms": {}}
+        return {"plain_ms": {}, "packed_ms": {}, "plain_rows_max": 0, "best_ms": {}, "spread": 0.0, "noisy": False}
     ns = sorted(set(widths))
     plain: dict[int, list[float]] = {n: [] for n in ns}
     packed: dict[int, list[float]] = {n: [] for n in ns}
@@ -212,4 +220,11 @@ def tune_dispatch(model: torch.nn.Module, widths: tuple[int, ...] = (1, 2, 3, 4,
         r = n
     set_plain_rows(model, r)
     best = {n: min(plain_ms[n], packed_ms[n]) if n <= r else packed_ms[n] for n in ns}
-    return {"plain_ms": plain_ms, "packed_ms": packed_ms, "plain_rows_max": r, "best_ms": best}
+    spread = statistics.median((max(v) - min(v)) / med(v) for d in (plain, packed) for v in d.values())
+    noisy = repeats >= 2 and spread > NOISY_SPREAD
+    if noisy:
+        warnings.warn(f"tune_dispatch: the probe's repeats differ by {spread:.0%} (median over widths; about 2-3% on "
+                      "a quiet machine): another process is using the cores, so the choice of plain or pre-packed "
+                      "weights and every timing taken now are unreliable; rerun on a quiet machine", stacklevel=2)
+    return {"plain_ms": plain_ms, "packed_ms": packed_ms, "plain_rows_max": r, "best_ms": best,
+            "spread": round(spread, 4), "noisy": noisy}

@@ -250,3 +250,34 @@ def test_tune_dispatch_picks_the_faster_path_per_width(monkeypatch):
     res = profiling.tune_dispatch(model, widths=(1, 2, 3, 4), repeats=3)
     assert res["plain_rows_max"] == 2 and res["best_ms"] == {1: 10.0, 2: 10.0, 3: 20.0, 4: 20.0}
     assert all(m.plain_rows_max == 2 for m in model.modules() if isinstance(m, fastcpu.PackedLinear))
+    assert res["spread"] == 0.0 and res["noisy"] is False  # identical repeats: a quiet machine
+
+
+def test_tune_dispatch_warns_when_the_machine_is_busy(monkeypatch):
+    """A probe whose repeats disagree (another process on the cores) is flagged and warns; one slow repeat in
+    three is not (the median survives it, and quiet machines show such outliers)."""
+    import itertools
+
+    from specdec_lesson import fastcpu, profiling
+    from specdec_lesson.models import tiny_llama
+
+    model = tiny_llama(dtype=torch.float32)
+    fastcpu.prepack_linears(model)
+    if fastcpu.count_packed(model) == 0:
+        pytest.skip("the oneDNN packed linear is not available in this PyTorch build")
+
+    def probe(factors):
+        calls = itertools.count()
+
+        def fake_curve(m, context, repeats, ns):  # each call (one path, one repeat) scaled by the next factor
+            f = factors[next(calls) % len(factors)]  # a number, or {width: factor}
+            return {n: 0.010 * n * (f.get(n, 1.0) if isinstance(f, dict) else f) for n in ns}
+
+        monkeypatch.setattr(profiling, "measure_verify_curve", fake_curve)
+        return profiling.tune_dispatch(model, widths=(1, 2, 4), repeats=3)
+
+    one_outlier = probe([1.0, 1.0, 1.0, 1.0, {4: 1.5}, 1.0])  # one width of one repeat of one path 50% slow
+    assert one_outlier["noisy"] is False and one_outlier["spread"] == 0.0
+    with pytest.warns(UserWarning, match="rerun on a quiet machine"):
+        busy = probe([1.0, 1.0, 3.0, 3.0, 10.0, 10.0])  # repeats 1x, 3x, 10x: a machine under load
+    assert busy["noisy"] is True and busy["spread"] > profiling.NOISY_SPREAD

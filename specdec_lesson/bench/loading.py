@@ -176,7 +176,11 @@ def _tune(target, device: str, notes: list[str]) -> dict | None:
     notes.append(f"fastest plain decoding: one-token forward {t1[0]:.1f} ms plain, {t1[1]:.1f} ms pre-packed on this "
                  f"machine (medians of 3, interleaved), so every method, ar included, runs {where} "
                  "(profiling.tune_dispatch)")
-    return {"plain_rows_max": r, "plain_ms": d["plain_ms"], "packed_ms": d["packed_ms"]}
+    if d["noisy"]:
+        notes.append(f"WARNING: the machine was busy during that probe (its repeats differ by {d['spread']:.0%}, about "
+                     "2-3% on a quiet machine): the weights chosen and every timing of this run are unreliable; rerun "
+                     "it on a quiet machine")
+    return {"plain_rows_max": r, "plain_ms": d["plain_ms"], "packed_ms": d["packed_ms"], "spread": d["spread"]}
 
 
 def _default_draft(target, notes: list[str]) -> tuple[object, str | None]:
