@@ -13,14 +13,14 @@ fi
 # the headline: three held-out prompt styles (HumanEval-like code, math word problems, free-form function requests)
 python -m specdec_lesson.bench --pair default --task code,math,requests --limit 4 --repeats 3 --k 4 --threads 2 \
   --method ar,chain,hybrid,hybrid-suffix,hybrid-tree,prompt-lookup,hf,hf-assisted,hf-prompt-lookup --max-new-tokens 96 \
-  --no-progress --out "$R/bench_default_t0.json"
+  --no-progress --force --out "$R/bench_default_t0.json"
 # the K sweep (K = 1..6) for the distilled draft alone and for the hybrid, against the simulator's S(K) in notebook 07
 # (not a bench_*.json: notebook 07's headline stays the run above)
 python -m specdec_lesson.bench --pair default --task code,math --limit 5 --repeats 3 --k 1,2,3,4,5,6 --threads 2 \
-  --method ar,chain,hybrid --max-new-tokens 96 --no-progress --out "$R/ksweep_default_t0.json"
+  --method ar,chain,hybrid --max-new-tokens 96 --no-progress --force --out "$R/ksweep_default_t0.json"
 python -m specdec_lesson.bench --pair default --task code,math,requests --limit 4 --repeats 3 --k 4 --threads 2 \
   --method ar,chain,hybrid,hybrid-suffix,hybrid-tree,hf,hf-prompt-lookup --temperature 0.7 --max-new-tokens 96 \
-  --no-progress --out "$R/bench_default_t07.json"
+  --no-progress --force --out "$R/bench_default_t07.json"
 python -m specdec_lesson.bench --report "$R/bench_default_t0.json"
 python -m specdec_lesson.bench --report "$R/bench_default_t07.json"
 python benchmarks/tree_vs_chain.py --threads 2 --prompts 2 --max-new 64 --repeats 3 --out "$R/tree_vs_chain.json"
@@ -33,4 +33,4 @@ python benchmarks/calibrate.py --repeats 3
 # lookup over the target's own past answers (drafters.suffix, corpus specdec_lesson/data/answers_smollm2.npz) beside the hybrid,
 # on all three prompt styles (code, math, free-form function requests)
 python -m specdec_lesson.bench --pair default --task code,math,requests --limit 3 --repeats 3 --k 4 --threads 2 \
-  --method ar,hybrid,hybrid-suffix,suffix --max-new-tokens 96 --no-progress --out "$R/suffix_lookup.json"
+  --method ar,hybrid,hybrid-suffix,suffix --max-new-tokens 96 --no-progress --force --out "$R/suffix_lookup.json"

@@ -69,8 +69,16 @@ def _load():
     return target, PromptLookupDrafter(), tok, "prompt lookup (no distilled draft installed)"
 
 
+def _status(text: str) -> None:
+    """A status line on stderr before a step that may take long (minutes on a busy machine)."""
+    print(f"[specdec] {text}", file=sys.stderr, flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """The demo; bad input, a model that cannot load and Ctrl-C each print one line (exit 2, 1, 130)."""
+    """The demo; bad input, a model that cannot load or computes NaN, and Ctrl-C each print one line (exit 2, 1,
+    130)."""
+    from .sampling import NonFiniteLogitsError
+
     try:
         args = _parser().parse_args(argv)
         _check(args)
@@ -79,6 +87,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return _demo(args)
+    except NonFiniteLogitsError as exc:  # damaged weights: never print garbage tokens as if all were well
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
@@ -92,6 +103,7 @@ def _demo(args) -> int:
     from .speculative import autoregressive_generate, speculative_generate
 
     t0 = time.perf_counter()
+    _status("loading SmolLM2-135M-Instruct and its draft (the first run converts the weights: about 30 s) ...")
     try:
         target, draft, tok, kind = _load()
     except Exception as exc:  # a read-only or full cache folder, a damaged cache or draft file: one line, no traceback
@@ -117,12 +129,14 @@ def _demo(args) -> int:
         print(f"K = {k} (--k)")
     else:
         probe = tok(chat(tok, prompts["code"]), return_tensors="pt").input_ids
+        _status("choosing K: timing a short speculative run on this machine ...")
         k, why = tune_k(target, draft, probe)
         print(f"K = {k}, chosen by the simulator's cost model from a probe of this machine: {why}")
     best: dict[str, tuple[str, float]] = {}
     for name, text in prompts.items():
         ids = tok(chat(tok, text), return_tensors="pt").input_ids
         g = torch.Generator().manual_seed(args.seed)
+        _status(f"{name} prompt: plain decoding, then speculative decoding, {args.max_new_tokens} tokens each ...")
         autoregressive_generate(target, ids, 4)  # warm-up
         t = time.perf_counter()
         ar, _ = autoregressive_generate(target, ids, args.max_new_tokens, args.temperature, generator=g)

@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 __all__ = ["UsageError", "OneLineParser", "max_threads", "check_int", "check_float", "check_threads", "check_seed",
-           "check_output_file", "check_writable_dir"]
+           "check_output_file", "check_writable_dir", "same_file"]
 
 SEED_LIMIT = 2**63  # torch.Generator.manual_seed takes up to 2**64 - 1; numpy up to 2**32 - 1 (setup reduces it)
 
@@ -114,3 +114,15 @@ def check_output_file(path: str | Path, name: str, *, make_parent: bool = False)
         raise UsageError(f"{name} {str(path)!r}: cannot write in {str(parent)!r} ({exc.strerror or exc}); "
                          "choose a writable path") from None
     return path
+
+
+def same_file(a: str | Path, b: str | Path) -> bool:
+    """Whether two paths name the same file: ``os.path.samefile`` where both exist (hard and symbolic links,
+    ``..``), else their resolved paths are equal.  An output equal to an input is refused with this."""
+    a, b = Path(a).expanduser(), Path(b).expanduser()
+    try:
+        if a.exists() and b.exists():
+            return os.path.samefile(a, b)
+    except OSError:
+        pass
+    return a.resolve() == b.resolve()

@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import operator
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 
-__all__ = ["prepare_inputs", "check_run", "Outputs", "eos_of", "Clock"]
+from .sampling import NonFiniteLogitsError
+from .validate import as_token_ids
+
+__all__ = ["prepare_inputs", "check_run", "Outputs", "eos_of", "Clock", "blame"]
 
 
 def _token_id(t, where: str) -> int:
@@ -113,7 +118,7 @@ class Outputs:
 
     def __init__(self, batch: int, max_new_tokens: int, eos_token_id) -> None:
         eos = eos_token_id if eos_token_id is not None else []
-        self.eos = set([eos] if isinstance(eos, int) else eos)
+        self.eos = {int(t) for t in ([eos] if isinstance(eos, int) else eos)}
         self.rows: list[list[int]] = [[] for _ in range(batch)]
         self.done = [False] * batch
         self.max_new = max_new_tokens
@@ -142,10 +147,24 @@ class Outputs:
 
 
 def eos_of(model, eos_token_id):
+    """The stop tokens of a run: ``eos_token_id`` when given (None, an id or a list of ids, each in the
+    model's vocabulary, else ValueError), else the model's ``generation_config.eos_token_id``."""
     if eos_token_id is not None:
-        return eos_token_id
+        return as_token_ids(eos_token_id, "eos_token_id", model.get_output_embeddings().weight.shape[0])
     gen = getattr(model, "generation_config", None)
     return getattr(gen, "eos_token_id", None) if gen is not None else None
+
+
+@contextmanager
+def blame(model: str, step: int) -> Iterator[None]:
+    """A :class:`~specdec_lesson.sampling.NonFiniteLogitsError` raised inside (a drafter's forwards, which do not
+    know their role) names ``model`` (``"draft"``) and the decoding ``step``."""
+    try:
+        yield
+    except NonFiniteLogitsError as exc:
+        if exc.model is not None:
+            raise
+        raise NonFiniteLogitsError(model, step) from None
 
 
 class Clock:

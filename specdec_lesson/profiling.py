@@ -15,6 +15,7 @@ quoting them.
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 import warnings
 from collections.abc import Iterable
@@ -23,7 +24,7 @@ import torch
 
 __all__ = [
     "crop_to", "measure_bandwidth", "measure_matmul_flops", "measure_verify_curve", "measure_framework_overhead", "wall_ms",
-    "count_parameters", "tune_dispatch",
+    "count_parameters", "tune_dispatch", "noisy_probe_note",
 ]
 
 
@@ -183,11 +184,22 @@ def measure_framework_overhead(
     return measure_verify_curve(model, context=context, repeats=repeats, ns=[1])[1]
 
 
-NOISY_SPREAD = 0.15  # median relative spread of the probe's repeats above which tune_dispatch calls the machine busy
+NOISY_SPREAD = 0.15  # median relative spread of the probe's repeats above which tune_dispatch warns
+
+
+def noisy_probe_note(spread: float) -> str:
+    """What a noisy dispatch probe measured and what it may mean (the warning and the bench's results note)."""
+    return (f"the dispatch probe's repeats varied by {spread:.0%} (median relative spread; a quiet machine shows 2-3%), "
+            "so the plain/pre-packed choice and the timings taken alongside may be unreliable: another process may be "
+            "using the cores, or this machine is noisy; rerun on a quiet machine to be sure")
+
+
+def _status(text: str) -> None:
+    print(f"[specdec] {text}", file=sys.stderr, flush=True)
 
 
 def tune_dispatch(model: torch.nn.Module, widths: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 8), context: int = 128,
-                  repeats: int = 5) -> dict:
+                  repeats: int = 5, *, verbose: bool = True) -> dict:
     """Measure one forward over n new tokens (batch 1, after a ``context``-token cache) with plain and with
     packed weights for each n in ``widths``, interleaved, and set ``plain_rows_max`` to the largest n such
     that plain is faster at every width up to n.  Returns ``{"plain_ms": {n: ms}, "packed_ms": {n: ms},
@@ -195,7 +207,8 @@ def tune_dispatch(model: torch.nn.Module, widths: tuple[int, ...] = (1, 2, 3, 4,
     median over widths and paths of (slowest - fastest) / median of the repeats: about 0.02-0.03 on a quiet
     2-core machine, near 1 with another process on a core.  Above ``NOISY_SPREAD`` the probe warns, since its
     choice of weights (and every timing taken alongside) is then unreliable.  A model without packed
-    linears is left alone."""
+    linears is left alone.  ``verbose``: a status line on stderr before the probe and one per round (each round
+    times every width with both weights), so that a slow probe on a busy machine is never silent."""
     from .fastcpu import count_packed, set_plain_rows
 
     if count_packed(model) == 0:
@@ -204,12 +217,20 @@ def tune_dispatch(model: torch.nn.Module, widths: tuple[int, ...] = (1, 2, 3, 4,
     plain: dict[int, list[float]] = {n: [] for n in ns}
     packed: dict[int, list[float]] = {n: [] for n in ns}
     big = max(ns) + 1
-    for _ in range(repeats):  # interleaved: a slow moment of the machine hits both paths alike
+    if verbose:
+        _status(f"probing plain vs pre-packed weights at widths {ns[0]}..{ns[-1]} ({repeats} rounds; a few seconds on a "
+                "quiet machine) ...")
+    t_start = time.perf_counter()
+    for i in range(repeats):  # interleaved: a slow moment of the machine hits both paths alike
         for rows, into in ((big, plain), (0, packed)):
             set_plain_rows(model, rows)
             curve = measure_verify_curve(model, context=context, repeats=1, ns=ns)
             for n in ns:
                 into[n].append(curve[n] * 1e3)
+        if verbose:
+            spent = time.perf_counter() - t_start
+            left = spent / (i + 1) * (repeats - i - 1)
+            _status(f"probe round {i + 1}/{repeats} done after {spent:.1f} s" + (f" (about {left:.0f} s left)" if left else ""))
     med = lambda xs: sorted(xs)[len(xs) // 2]
     plain_ms = {n: med(v) for n, v in plain.items()}
     packed_ms = {n: med(v) for n, v in packed.items()}
@@ -223,8 +244,6 @@ def tune_dispatch(model: torch.nn.Module, widths: tuple[int, ...] = (1, 2, 3, 4,
     spread = statistics.median((max(v) - min(v)) / med(v) for d in (plain, packed) for v in d.values())
     noisy = spread > NOISY_SPREAD  # one repeat has no spread: never noisy
     if noisy:
-        warnings.warn(f"tune_dispatch: the probe's repeats differ by {spread:.0%} (median over widths; about 2-3% on "
-                      "a quiet machine): another process is using the cores, so the choice of plain or pre-packed "
-                      "weights and every timing taken now are unreliable; rerun on a quiet machine", stacklevel=2)
+        warnings.warn(f"tune_dispatch: {noisy_probe_note(spread)}", stacklevel=2)
     return {"plain_ms": plain_ms, "packed_ms": packed_ms, "plain_rows_max": r, "best_ms": best,
             "spread": round(spread, 4), "noisy": noisy}

@@ -11,7 +11,33 @@ import math
 
 import torch
 
-__all__ = ["logits_to_probs", "sample_from_probs", "check_sampling_args", "SamplingConfig", "as_float"]
+__all__ = [
+    "logits_to_probs", "sample_from_probs", "check_sampling_args", "SamplingConfig", "as_float", "check_logits",
+    "NonFiniteLogitsError",
+]
+
+
+class NonFiniteLogitsError(ValueError):
+    """A model produced NaN / +inf logits (or a row of -inf only): its weights are damaged, so every token it
+    would emit is garbage (greedy decoding would repeat token 0).  ``model`` names it (``"target"``,
+    ``"draft"``), ``step`` the decoding step (None: outside a run); the engines fill both in."""
+
+    def __init__(self, model: str | None = None, step: int | None = None) -> None:
+        self.model, self.step = model, step
+        who = f"the {model} model's" if model else "a model's"
+        at = f" at decoding step {step}" if step is not None else ""
+        super().__init__(
+            f"{who} logits hold NaN or infinite values{at}: its weights are damaged; if it was loaded from the "
+            "converted-weights cache, delete that model's folder under $SPECDEC_CACHE (default ~/.cache/specdec_lesson) "
+            "and load it again")
+
+
+def check_logits(logits: torch.Tensor, model: str | None = None, step: int | None = None) -> None:
+    """Raise :class:`NonFiniteLogitsError` unless every row of ``logits [..., V]`` has a finite maximum (no NaN,
+    no +inf, not all -inf; -inf entries, masked tokens, are fine).  One reduction and one host sync per call:
+    the engines call it once per forward."""
+    if logits.numel() and not bool(torch.isfinite(logits.amax(dim=-1)).all()):  # amax propagates NaN
+        raise NonFiniteLogitsError(model, step)
 
 
 def check_sampling_args(temperature: float, top_k: int | None, top_p: float | None) -> None:
@@ -114,8 +140,11 @@ class SamplingConfig:
     def greedy(self) -> bool:
         return self.temperature == 0
 
-    def probs(self, logits: torch.Tensor) -> torch.Tensor:
-        """``logits [..., V]`` -> the sampling law ``[..., V]`` (no host sync)."""
+    def probs(self, logits: torch.Tensor, model: str | None = None, step: int | None = None) -> torch.Tensor:
+        """``logits [..., V]`` -> the sampling law ``[..., V]``.  Logits with NaN / +inf (or a row of -inf only) raise
+        :class:`NonFiniteLogitsError` naming ``model`` and ``step`` (:func:`check_logits`: one host sync per call,
+        negligible beside a forward)."""
+        check_logits(logits, model, step)
         return logits_to_probs(logits, self.temperature, self.top_k, self.top_p, validate=False)
 
     def __repr__(self) -> str:

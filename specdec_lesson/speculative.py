@@ -11,7 +11,8 @@ One speculative step, for every row of the batch at once:
 
 ``pending`` is the last committed token whose KV entry is not in the target cache yet, so
 every target forward both writes the KV of what was committed and scores what was drafted.
-One host transfer per step (accepted counts and tokens), none per token.
+One host transfer per step (accepted counts and tokens), none per token, plus one finiteness check of the logits
+per forward (``sampling.check_logits``: NaN logits from damaged weights raise, naming the model and the step).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import torch
 
 from .drafters import Drafter, ModelDrafter
 from .drafters.base import hidden_request
-from .generation import Clock, Outputs, check_run, eos_of, prepare_inputs
+from .generation import Clock, Outputs, blame, check_run, eos_of, prepare_inputs
 from .kvcache import SlotCache
 from .models import check_same_vocab
 from .sampling import SamplingConfig, as_float, sample_from_probs
@@ -53,10 +54,12 @@ def autoregressive_generate(
         stats.target_forwards += 1
     pending = ids[:, -1:]  # [B, 1]
     stats.time_prefill = clock() - t0
+    step = 0
     while not out.all_done:
         t1 = clock()
+        step += 1
         logits, _ = state.forward(pending)  # [B, 1, V]
-        p = sampling.probs(as_float(logits[:, -1]))  # [B, V]
+        p = sampling.probs(as_float(logits[:, -1]), "target", step)  # [B, V]; NaN logits raise
         tok = p.argmax(-1) if sampling.greedy else sample_from_probs(p, generator)  # [B]
         stats.target_forwards += 1
         t2 = clock()
@@ -136,10 +139,13 @@ def speculative_generate(
     drafter.begin(ids, mask, hidden)
     pending = ids[:, -1:]  # [B, 1]
     stats.time_prefill = clock() - t0
+    step = 0
     while not out.all_done:
         t1 = clock()
+        step += 1
         limit = max(1, out.max_remaining() - 1)  # a row with r tokens left emits at most r - 1 accepted drafts
-        draft_tokens, draft_probs = drafter.propose_within(k, limit, sampling, generator)
+        with blame("draft", step):  # NaN draft logits raise, naming the draft
+            draft_tokens, draft_probs = drafter.propose_within(k, limit, sampling, generator)
         K = draft_tokens.shape[1]  # [B, K]
         if K > limit:
             raise RuntimeError(f"{type(drafter).__name__} proposed {K} drafts, more than the {limit} this step allows")
@@ -147,7 +153,7 @@ def speculative_generate(
         since = state.num_slots
         logits, hidden = state.forward(torch.cat([pending, draft_tokens], 1), output_hidden=need_hidden)  # [B, K+1, V]
         stats.target_forwards += 1
-        target_probs = sampling.probs(as_float(logits))  # [B, K+1, V]
+        target_probs = sampling.probs(as_float(logits), "target", step)  # [B, K+1, V]; NaN logits raise
         if K == 0:  # nothing proposed: a plain step
             num_accepted = torch.zeros(B, dtype=torch.long, device=device)
             _, expo = draw_verify_randoms(B, 0, V, device=device, dtype=target_probs.dtype, generator=generator)

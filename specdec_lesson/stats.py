@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .validate import as_int, as_prob
+
 __all__ = [
     "SpecStats", "tv_distance", "empirical_law", "chi_square_test", "chi2_sf", "chi2_isf", "noncentral_chi2_sf",
     "chi_square_power", "noncentrality", "min_noncentrality", "truncated_geometric", "acceptance_independence",
@@ -50,6 +52,7 @@ class SpecStats:
     time_prefill: float = 0.0
 
     def __post_init__(self) -> None:
+        self.k = as_int(self.k, "SpecStats k (drafts per step)", lo=0)
         if not self.accept_hist:
             self.accept_hist = [0] * (self.k + 1)
 
@@ -114,8 +117,7 @@ class SpecStats:
 def truncated_geometric(alpha: float, k: int) -> list[float]:
     """Law of the accepted length n in 0..k when each of k drafts is accepted independently with
     probability ``alpha`` until the first rejection: alpha^n (1 - alpha) for n < k, alpha^k for n = k."""
-    if not 0.0 <= alpha <= 1.0 or k < 0:
-        raise ValueError(f"need 0 <= alpha <= 1 and k >= 0, got {alpha!r}, {k!r}")
+    alpha, k = as_prob(alpha, "alpha"), as_int(k, "k", lo=0)
     return [alpha**n * (1 - alpha) for n in range(k)] + [alpha**k]
 
 

@@ -18,10 +18,11 @@ laws off the drafted path, here that they do not depend on the context).
 
 from __future__ import annotations
 
-import math
 from fractions import Fraction
 
 import sympy as sp
+
+from .validate import as_int, as_law, as_prob, as_real
 
 __all__ = [
     "acceptance_rate", "expected_tokens", "speedup", "best_k", "speedup_bound",
@@ -30,20 +31,18 @@ __all__ = [
 ]
 
 
-def _check_alpha(alpha: float) -> None:
-    if not (0.0 <= alpha <= 1.0) or math.isnan(alpha):
-        raise ValueError(f"alpha must lie in [0, 1], got {alpha!r}")
-
-
-def _check_k(k: int) -> None:
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"k must be an integer >= 1, got {k!r}")
+def _check_ratio(verify_ratio, name: str = "verify_ratio") -> float:
+    return as_real(verify_ratio, name, lo=0.0, lo_open=True)
 
 
 def acceptance_rate(target_probs, draft_probs) -> float:
-    """beta = sum_x min(p(x), q(x)) for two laws given as sequences or 1-D tensors."""
-    p = [float(v) for v in target_probs]
-    q = [float(v) for v in draft_probs]
+    """beta = sum_x min(p(x), q(x)) for two laws given as sequences or 1-D tensors (each non-negative,
+    summing to 1)."""
+    sizes = [len(v) if hasattr(v, "__len__") else None for v in (target_probs, draft_probs)]
+    if None not in sizes and sizes[0] != sizes[1]:  # the likelier mistake: say it first
+        raise ValueError(f"target_probs and draft_probs differ in length: {sizes[0]} vs {sizes[1]}")
+    p = as_law(target_probs, "target_probs")
+    q = as_law(draft_probs, "draft_probs")
     if len(p) != len(q):
         raise ValueError(f"target_probs and draft_probs differ in length: {len(p)} vs {len(q)}")
     return sum(min(a, b) for a, b in zip(p, q))
@@ -51,8 +50,8 @@ def acceptance_rate(target_probs, draft_probs) -> float:
 
 def expected_tokens(alpha: float, k: int) -> float:
     """E[tokens per target forward] = (1 - alpha^(K+1)) / (1 - alpha)  (K+1 when alpha = 1)."""
-    _check_alpha(alpha)
-    _check_k(k)
+    alpha = as_prob(alpha, "alpha")
+    k = as_int(k, "k", lo=1)
     if alpha == 1.0:
         return float(k + 1)
     return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
@@ -63,8 +62,7 @@ def speedup(alpha: float, k: int, c: float, verify_ratio: float = 1.0) -> float:
 
     ``verify_ratio`` = T_verify(K+1) / T_target(1); the paper's idealisation is 1.
     """
-    if c < 0 or verify_ratio <= 0:
-        raise ValueError(f"c must be >= 0 and verify_ratio > 0, got c={c!r}, verify_ratio={verify_ratio!r}")
+    c, verify_ratio = as_real(c, "c", lo=0.0), _check_ratio(verify_ratio)
     return expected_tokens(alpha, k) / (k * c + verify_ratio)
 
 
@@ -72,19 +70,23 @@ def best_k(alpha: float, c: float, k_max: int = 64, verify_ratio=None) -> int:
     """The integer K in 1..k_max with the largest S(K).
 
     ``verify_ratio`` may be a callable ``n -> T(n)/T(1)`` (n = K+1 verified positions)."""
-    _check_k(k_max)
+    alpha, c, k_max = as_prob(alpha, "alpha"), as_real(c, "c", lo=0.0), as_int(k_max, "k_max", lo=1)
+    if verify_ratio is not None and not callable(verify_ratio):
+        verify_ratio = _check_ratio(verify_ratio)
 
     def ratio(k: int) -> float:
         if verify_ratio is None:
             return 1.0
-        return verify_ratio(k + 1) if callable(verify_ratio) else float(verify_ratio)
+        if callable(verify_ratio):
+            return _check_ratio(verify_ratio(k + 1), f"verify_ratio({k + 1})")
+        return verify_ratio
 
     return max(range(1, k_max + 1), key=lambda k: (speedup(alpha, k, c, ratio(k)), -k))
 
 
 def speedup_bound(alpha: float, c: float) -> float:
     """When alpha > c, K = 1 already gives (1 + alpha) / (1 + c) > 1, so the best K does at least that."""
-    _check_alpha(alpha)
+    alpha, c = as_prob(alpha, "alpha"), as_real(c, "c", lo=0.0)
     if not alpha > c:
         raise ValueError(f"the bound (1 + alpha)/(1 + c) holds for alpha > c; got alpha={alpha}, c={c}")
     return (1.0 + alpha) / (1.0 + c)
@@ -222,9 +224,7 @@ def derive_expected_tokens() -> dict:
 def exact_emit_law(target_law, draft_law) -> list[Fraction]:
     """P(emit x) of one speculative-sampling step computed with Fractions (no shortcut:
     accept mass + rejection mass times the normalised residual).  Equals ``target_law``."""
-    p, q = [Fraction(v) for v in target_law], [Fraction(v) for v in draft_law]
-    if len(p) != len(q) or sum(p) != 1 or sum(q) != 1 or min(p + q) < 0:
-        raise ValueError("target_law and draft_law must be laws over the same vocabulary, summing to 1 exactly")
+    p, q = _exact_laws(target_law, draft_law)
     accept = [min(a, b) for a, b in zip(p, q)]
     beta = sum(accept)
     residual = [max(Fraction(0), a - b) for a, b in zip(p, q)]
@@ -232,9 +232,23 @@ def exact_emit_law(target_law, draft_law) -> list[Fraction]:
     return [acc + ((1 - beta) * r / z if z else 0) for acc, r in zip(accept, residual)]
 
 
+def _fractions(law, name: str) -> list[Fraction]:
+    if isinstance(law, (str, bytes)):
+        raise ValueError(f"{name} must be a sequence of probabilities (Fractions, ints or finite floats), got {law!r}")
+    out = []
+    for i, v in enumerate(law):
+        if isinstance(v, float):
+            as_real(v, f"{name}[{i}]")  # NaN / inf: one message naming the entry
+        try:
+            out.append(Fraction(v))
+        except (TypeError, ValueError):
+            raise ValueError(f"{name}[{i}] must be a Fraction, an int or a finite float, got {v!r}") from None
+    return out
+
+
 def _exact_laws(target_law, draft_law) -> tuple[list[Fraction], list[Fraction]]:
-    p, q = [Fraction(v) for v in target_law], [Fraction(v) for v in draft_law]
-    if len(p) != len(q) or sum(p) != 1 or sum(q) != 1 or min(p + q) < 0:
+    p, q = _fractions(target_law, "target_law"), _fractions(draft_law, "draft_law")
+    if not p or len(p) != len(q) or sum(p) != 1 or sum(q) != 1 or min(p + q) < 0:
         raise ValueError("target_law and draft_law must be laws over the same vocabulary, summing to 1 exactly")
     return p, q
 
@@ -242,7 +256,7 @@ def _exact_laws(target_law, draft_law) -> tuple[list[Fraction], list[Fraction]]:
 def token_expected_accepted(target_law, draft_law, k: int) -> Fraction:
     """E[accepted drafts] of token-level verification for context-free i.i.d. laws:
     sum_{i=1..K} beta^i, beta = sum_x min(p(x), q(x)) (the i-th draft counts iff the first i pass)."""
-    _check_k(k)
+    k = as_int(k, "k", lo=1)
     p, q = _exact_laws(target_law, draft_law)
     beta = sum(min(a, b) for a, b in zip(p, q))
     return sum(beta**i for i in range(1, k + 1))
@@ -252,7 +266,7 @@ def expected_accepted_bound(target_law, draft_law, k: int) -> Fraction:
     """The most any lossless verifier can accept per step, for context-free i.i.d. laws:
     sum_{i=1..K} sum_{x in V^i} min(p^i(x), q^i(x)) with p^i(x) = prod_j p(x_j) (see the module
     docstring; enumerates the V^i blocks, so for small V and K)."""
-    _check_k(k)
+    k = as_int(k, "k", lo=1)
     p, q = _exact_laws(target_law, draft_law)
     total, blocks = Fraction(0), [(Fraction(1), Fraction(1))]  # (p^i, q^i) of every block of length i
     for _ in range(k):

@@ -164,7 +164,8 @@ def test_metrics_hand_computed():
     rows = {(r["prompt_id"], r["label"]): r for r in prompt_table(runs)}
     a_ar, a_ch = rows[("a", "ar")], rows[("a", "chain-k4")]
     assert a_ar["wall_s"] == 1.5 and a_ar["tokens_per_s"] == pytest.approx(10 / 1.5)
-    assert a_ch["tokens_per_s"] == pytest.approx(20.0) and a_ch["speedup"] == pytest.approx(20 / (10 / 1.5))
+    # paired: repeat r of chain over repeat r of ar -> 2.0, 5.0, 2.5; the prompt's speedup is their median
+    assert a_ch["tokens_per_s"] == pytest.approx(20.0) and a_ch["speedup"] == pytest.approx(2.5)
     # alpha = accepted / (accepted + rejections); these records have no "rejections" counter, so the steps with
     # n < k = 4 accepted in accept_hist count (one per s1 record); utilisation = accepted / proposed
     assert a_ch["alpha"] == pytest.approx(18 / 21) and a_ch["utilisation"] == pytest.approx(18 / 24)
@@ -172,10 +173,13 @@ def test_metrics_hand_computed():
     assert a_ch["accept_hist"] == [0, 0, 3, 0, 3] and a_ch["target_forwards_per_token"] == pytest.approx(9 / 30)
     assert rows[("b", "chain-k4")]["speedup"] == pytest.approx(0.5)
     tt = {r["label"]: r for r in task_table(runs)}
-    # task: ar 30 tokens in 1.5 + 2.0 s; chain 30 tokens in 0.5 + 4.0 s
-    assert tt["ar"]["tokens_per_s"] == pytest.approx(30 / 3.5) and tt["ar"]["speedup"] == pytest.approx(1.0)
-    assert tt["chain-k4"]["speedup"] == pytest.approx((30 / 4.5) / (30 / 3.5))
-    assert tt["chain-k4"]["speedup_median"] == pytest.approx(0.5 * (20 / (10 / 1.5) + 0.5))
+    # task, per repeat (tokens with their own seconds, summed over the prompts measured in that repeat):
+    # ar 30/3.0, 10/2.0, 10/1.5 tok/s; chain 30/4.5, 10/0.4, 10/0.6; paired ratios 2/3, 5, 2.5 -> median 2.5
+    assert tt["ar"]["tokens_per_s"] == pytest.approx(10 / 1.5) and tt["ar"]["speedup"] == pytest.approx(1.0)
+    assert tt["chain-k4"]["speedup_repeats"] == pytest.approx([2 / 3, 5.0, 2.5])
+    assert tt["chain-k4"]["speedup"] == pytest.approx(2.5)
+    assert tt["chain-k4"]["speedup_median"] == pytest.approx(0.5 * (2.5 + 0.5))
+    assert tt["chain-k4"]["prompts"] == 2 and tt["chain-k4"]["repeats"] == 3
     assert tt["chain-k4"]["alpha"] == pytest.approx(20 / 25) and tt["chain-k4"]["utilisation"] == pytest.approx(20 / 32)
     assert tt["chain-k4"]["tau"] == pytest.approx(28 / 8)
     assert tt["chain-k4"]["accept_hist"] == [1, 0, 3, 1, 3]

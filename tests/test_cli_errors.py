@@ -53,6 +53,12 @@ def test_demo_bad_input_is_one_line_before_loading(capsys, monkeypatch, argv, fr
     assert torch.get_num_threads() == threads
 
 
+def _error_lines(err: str) -> list[str]:
+    """stderr without the demo's progress lines (``[specdec] loading ...``): those say what a long step is doing,
+    the rest must be the one error line."""
+    return [line for line in err.strip().splitlines() if not line.startswith("[specdec] ")]
+
+
 def test_demo_read_only_cache_is_one_line(capsys, monkeypatch, tmp_path):
     """The cache cannot be made (here: SPECDEC_CACHE under a file; a read-only mount raises PermissionError):
     one line saying to set SPECDEC_CACHE, before the conversion starts."""
@@ -62,7 +68,7 @@ def test_demo_read_only_cache_is_one_line(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "afile" / "cache"))
     monkeypatch.setattr(models, "_gguf_dir", lambda: tmp_path)
     rc = demo.main(["--max-new-tokens", "2"])
-    lines = capsys.readouterr().err.strip().splitlines()
+    lines = _error_lines(capsys.readouterr().err)
     assert rc == 1 and len(lines) == 1 and "is not writable" in lines[0] and "set SPECDEC_CACHE" in lines[0], lines
 
     def denied():
@@ -70,7 +76,7 @@ def test_demo_read_only_cache_is_one_line(capsys, monkeypatch, tmp_path):
 
     monkeypatch.setattr(demo, "_load", denied)
     rc = demo.main(["--max-new-tokens", "2"])
-    lines = capsys.readouterr().err.strip().splitlines()
+    lines = _error_lines(capsys.readouterr().err)
     assert rc == 1 and len(lines) == 1 and "Permission denied" in lines[0], lines
 
 
@@ -87,7 +93,7 @@ def test_damaged_draft_file_is_one_line(capsys, monkeypatch):
 
     monkeypatch.setattr(demo, "_load", damaged)
     assert demo.main(["--max-new-tokens", "2"]) == 1
-    lines = capsys.readouterr().err.strip().splitlines()
+    lines = _error_lines(capsys.readouterr().err)
     assert lines == ["python -m specdec_lesson: error: cannot load the default pair: SafetensorError: Error while "
                      "deserializing header: HeaderTooLarge"]
     monkeypatch.setattr(eagle, "load_default_draft", damaged)
@@ -101,7 +107,7 @@ def test_demo_ctrl_c_is_one_line(capsys, monkeypatch):
 
     monkeypatch.setattr(demo, "_load", interrupt)
     assert demo.main(["--max-new-tokens", "2"]) == 130
-    assert capsys.readouterr().err.strip().splitlines() == ["python -m specdec_lesson: interrupted"]
+    assert _error_lines(capsys.readouterr().err) == ["python -m specdec_lesson: interrupted"]
 
 
 def test_demo_threads_flag_is_applied(capsys, monkeypatch):

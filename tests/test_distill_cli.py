@@ -5,6 +5,7 @@ checkpoint's, exporting a --fast checkpoint), Ctrl-C is one line, and an export 
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -234,3 +235,119 @@ def test_interrupted_export_leaves_the_shipped_draft_whole(fast_data, tmp_path, 
         evaluate.run_export(out, dest=dest)
     assert all(p.read_text() == "old" for p in dest.iterdir()) and len(list(dest.iterdir())) == 3
     assert not list(tmp_path.glob(".shipped.export-*"))
+
+
+# ----------------------------------------------------------------- files the package ships are never lost
+@pytest.fixture
+def fake_answers(monkeypatch):
+    """``run_answers`` recording its call instead of loading the target."""
+    from specdec_lesson.distill import answers
+
+    calls = []
+
+    def record(out, *a, force=False, **k):
+        answers.check_answers_out(out, force)  # what the real one checks first
+        calls.append((out, force))
+        return {"answers": 0}
+
+    monkeypatch.setattr(answers, "run_answers", record)
+    return calls
+
+
+def test_answers_without_file_never_writes_into_the_package(tmp_path, capsys, monkeypatch, fake_answers):
+    """The default used to be the shipped corpus itself (a one-answer trial shrank it)."""
+    from specdec_lesson.distill.answers import SHIPPED_DATA
+
+    monkeypatch.chdir(tmp_path)
+    rc, lines = _cli(capsys, ["answers", "--n-code", 1, "--n-math", 0])
+    assert rc == 0 and fake_answers == [(Path("runs/distill/answers.npz"), False)], lines
+    assert not (tmp_path / fake_answers[0][0]).resolve().is_relative_to(SHIPPED_DATA)
+
+
+def test_answers_replaces_a_finished_or_shipped_file_only_with_force(tmp_path, capsys, monkeypatch, no_target,
+                                                                      fake_answers):
+    from specdec_lesson.drafters.suffix import DEFAULT_CORPUS
+
+    monkeypatch.chdir(tmp_path)
+    done = tmp_path / "mine.npz"
+    done.write_bytes(b"finished")
+    _expect(capsys, ["answers", "--file", done], "exists (a finished answers file): add --force")
+    _expect(capsys, ["answers", "--file", DEFAULT_CORPUS], "(a shipped answer corpus): add --force")
+    new = DEFAULT_CORPUS.parent / "answers_trial.npz"
+    _expect(capsys, ["answers", "--file", new], "is inside the package's shipped data")
+    assert not new.exists() and fake_answers == [] and done.read_bytes() == b"finished"
+    assert _cli(capsys, ["answers", "--file", done, "--force"])[0] == 0
+    (tmp_path / "resumed.partial.npz").write_bytes(b"half")  # an interrupted run resumes without --force
+    assert _cli(capsys, ["answers", "--file", tmp_path / "resumed.npz"])[0] == 0
+    assert fake_answers == [(done, True), (tmp_path / "resumed.npz", False)]
+
+
+def test_run_answers_refuses_an_existing_file_before_loading(tmp_path, monkeypatch):
+    from specdec_lesson import models
+    from specdec_lesson.cli_args import UsageError
+    from specdec_lesson.distill.answers import run_answers
+
+    monkeypatch.setattr(models, "load_default_target", lambda *a, **k: pytest.fail("the target was loaded"))
+    (tmp_path / "a.npz").write_bytes(b"finished")
+    with pytest.raises(UsageError, match="add --force to replace it"):
+        run_answers(tmp_path / "a.npz", 1, 0, 1, 4, 0, progress=False)
+
+
+def test_resubset_rewrites_the_shipped_draft_only_with_force_and_keeps_a_backup(tmp_path, capsys, monkeypatch):
+    """It used to rewrite the shipped draft with no backup, keeping beside the new head a held-out alpha measured
+    with the old one."""
+    import json
+
+    from specdec_lesson.drafters import eagle
+
+    shipped = tmp_path / "shipped"  # a copy standing in for the package's draft
+    shipped.mkdir()
+    for f in sorted(eagle.DEFAULT_DRAFT_DIR.glob(f"{eagle.DEFAULT_DRAFT_NAME}.*")):
+        shutil.copy(f, shipped / f.name)
+    monkeypatch.setattr(eagle, "DEFAULT_DRAFT_DIR", shipped)
+    before = {f.name: f.read_bytes() for f in shipped.iterdir()}
+    old_meta = json.loads(before[f"{eagle.DEFAULT_DRAFT_NAME}.json"])
+    runs = tmp_path / "runs"
+    _expect(capsys, ["resubset", "--n-sub", 1024, "--out", runs], "would rewrite the shipped draft")
+    assert {f.name: f.read_bytes() for f in shipped.iterdir()} == before
+    rc, _ = _cli(capsys, ["resubset", "--n-sub", 1024, "--out", runs, "--force"])
+    assert rc == 0
+    (backup,) = runs.glob("resubset-backup-*")
+    assert {f.name: f.read_bytes() for f in backup.iterdir()} == before  # the replaced files, bit for bit
+    meta = json.loads((shipped / f"{eagle.DEFAULT_DRAFT_NAME}.json").read_text())
+    assert meta["config"]["n_sub"] == 1024 and "heldout_offline_alpha_k4" not in meta["training"]
+    stale = meta["subset"]["replaced_head_heldout"]
+    assert stale["heldout_offline_alpha_k4"] == old_meta["training"]["heldout_offline_alpha_k4"]
+    assert f"replaced head of {old_meta['config']['n_sub']} tokens" in stale["note"]
+    other = tmp_path / "other"  # --dest: the shipped draft stays as it is
+    now = {f.name: f.read_bytes() for f in shipped.iterdir()}
+    assert _cli(capsys, ["resubset", "--n-sub", 512, "--out", runs, "--dest", other])[0] == 0
+    assert {f.name: f.read_bytes() for f in shipped.iterdir()} == now
+    assert json.loads((other / f"{eagle.DEFAULT_DRAFT_NAME}.json").read_text())["config"]["n_sub"] == 512
+    _expect(capsys, ["resubset", "--n-sub", 256, "--out", runs, "--dest", other], "already holds a draft")
+
+
+def test_export_init_json_that_is_not_a_draft_record(fast_data, tmp_path, capsys, no_target):
+    out = _fast_ckpt(fast_data, tmp_path / "run")
+    for text, fragment in (("[1, 2]", "holds a JSON list, not a draft record"), ("{oops", "is not readable JSON"),
+                           ('{"training": 3}', "holds a JSON dict, not a draft record")):
+        (tmp_path / "init.json").write_text(text)
+        _expect(capsys, ["export", "--out", out, "--init-json", tmp_path / "init.json"], fragment)
+
+
+def test_train_removes_the_temporary_files_of_a_killed_run(fast_data, tmp_path):
+    import os
+    import subprocess
+
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    dead = proc.pid  # a pid that no longer runs
+    out = _copy_data(fast_data, tmp_path / "run")
+    (out / "ckpts").mkdir()
+    stale = [out / f".ckpt.pt.tmp-{dead}", out / "ckpts" / f".draft_000002.pt.tmp-{dead}"]
+    live = out / f".ckpt.pt.tmp-{os.getppid()}"  # a running process's file (its write may be under way)
+    for p in [*stale, live]:
+        p.write_bytes(b"half a checkpoint")
+    run_train(out, total_steps=2, budget=256, lr=3e-3, n_sub=64, unroll=2, fast=True, progress=False, ckpt_every=2,
+              val_every=2)
+    assert not any(p.exists() for p in stale) and live.exists()

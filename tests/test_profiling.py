@@ -121,3 +121,61 @@ def test_wall_ms_and_count_parameters():
         self_draft(target, 0)
     with pytest.raises(ValueError):
         noisy_copy(target, -1.0)
+
+
+def _packed_model() -> torch.nn.Module:
+    from specdec_lesson.fastcpu import count_packed, prepack_linears
+
+    m = tiny_llama(vocab_size=64, hidden_size=32, num_layers=2, dtype=torch.float32)
+    prepack_linears(m)
+    if count_packed(m) == 0:
+        pytest.skip("the oneDNN packed linear is not available in this PyTorch build")
+    return m
+
+
+def _fake_probe(monkeypatch, factors):
+    """measure_verify_curve replaced by a deterministic one: call i (one path, one round) scaled by factors[i]."""
+    import itertools
+
+    from specdec_lesson import profiling
+
+    calls = itertools.count()
+    monkeypatch.setattr(profiling, "measure_verify_curve",
+                        lambda m, context, repeats, ns: {n: 0.010 * n * factors[next(calls) % len(factors)] for n in ns})
+
+
+def test_tune_dispatch_prints_a_status_line_and_progress(monkeypatch, capsys):
+    """A probe that takes minutes on a busy machine must not be silent: one status line before, one per round."""
+    from specdec_lesson.profiling import tune_dispatch
+
+    model = _packed_model()
+    _fake_probe(monkeypatch, [1.0])
+    tune_dispatch(model, widths=(1, 2, 8), repeats=3)
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "[specdec] probing plain vs pre-packed weights at widths 1..8 (3 rounds; a few seconds on a quiet " \
+                     "machine) ..."
+    assert [line.split(" done")[0] for line in err[1:]] == [f"[specdec] probe round {i}/3" for i in (1, 2, 3)]
+    assert "s left)" in err[1] and err[3].endswith(" s")
+    tune_dispatch(model, widths=(1, 2), repeats=2, verbose=False)
+    assert capsys.readouterr().err == ""
+
+
+def test_noisy_probe_warning_says_what_was_measured(monkeypatch):
+    """The warning reports the measured spread and both possible causes (a Zen 3 with nothing else running showed
+    17-33%), not "another process is using the cores" as a fact; the bench's results note uses the same words."""
+    from specdec_lesson import profiling
+    from specdec_lesson.bench import loading
+
+    model = _packed_model()
+    _fake_probe(monkeypatch, [0.75, 0.75, 1.0, 1.0, 1.25, 1.25])  # rounds at 0.75x, 1x, 1.25x: a spread of 50%
+    with pytest.warns(UserWarning) as rec:
+        res = profiling.tune_dispatch(model, widths=(1, 2), repeats=3, verbose=False)
+    text = str(rec[0].message)
+    assert text == ("tune_dispatch: the dispatch probe's repeats varied by 50% (median relative spread; a quiet machine "
+                    "shows 2-3%), so the plain/pre-packed choice and the timings taken alongside may be unreliable: "
+                    "another process may be using the cores, or this machine is noisy; rerun on a quiet machine to be sure")
+    assert res["noisy"] and res["spread"] == 0.5
+    monkeypatch.setattr(profiling, "tune_dispatch", lambda target, repeats: res)
+    notes: list[str] = []
+    loading._tune(model, "cpu", notes)
+    assert notes[-1] == f"WARNING: {profiling.noisy_probe_note(0.5)}" and text.endswith(profiling.noisy_probe_note(0.5))

@@ -156,7 +156,7 @@ def test_run_answers_resumes_to_the_same_file(tmp_path, monkeypatch):
     assert whole["answers"] == 5
     with pytest.raises(ValueError, match="other settings"):  # a partial file of other settings is never mixed in
         (tmp_path / "cut.partial.npz").write_bytes((tmp_path / "whole.npz").read_bytes())
-        A.run_answers(out, 3, 2, 2, 7, seed=0, progress=False, model=model, tokenizer=_Tok())
+        A.run_answers(out, 3, 2, 2, 7, seed=0, progress=False, model=model, tokenizer=_Tok(), force=True)
 
 
 def test_run_answers_max_batches_writes_a_prefix(tmp_path):

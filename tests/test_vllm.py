@@ -73,14 +73,64 @@ def test_stats_from_vllm_counters():
     assert plain["accepted"] == 0 and plain["target_forwards"] == 7 and plain["accept_hist"] == []
 
 
+def _fake_worker(tmp_path, replies: list[str]) -> VE.VllmWorker:
+    """A worker process that says it is ready, then answers each request with the next of ``replies``."""
+    script = tmp_path / "fake-python"
+    lines = ["#!/bin/sh", "echo '{\"ok\": true}'"] + [f"read line; echo '{r}'" for r in replies] + ["read line"]
+    script.write_text("\n".join(lines) + "\n")
+    script.chmod(0o755)
+    w = VE.VllmWorker(script, pause=False, name="vllm-ngram-k4")
+    w.wait_ready(timeout=30)
+    return w
+
+
+def test_malformed_worker_replies_name_the_worker_and_its_log(tmp_path):
+    """A reply of the wrong shape is one line naming the worker and its log, not "invalid literal for int()"."""
+    w = _fake_worker(tmp_path, ['{"ok": true, "token_ids": "nan", "wall_s": 0.1}', '[1, 2]'])
+    try:
+        reply = w.request({"op": "generate"}, timeout=30)
+        with pytest.raises(RuntimeError) as info:
+            VE.check_generate_reply(reply, w)
+        msg = str(info.value)
+        assert msg.startswith("vLLM worker 'vllm-ngram-k4' sent a malformed reply to 'generate': token_ids must be a list")
+        assert f"(log: {w.log_path})" in msg and "\n" not in msg
+        with pytest.raises(RuntimeError, match=r"vLLM worker 'vllm-ngram-k4' sent a reply that is not a JSON object: "
+                                               r"'\[1, 2\]' \(log: .*specdec-vllm-ngram-k4-.*\.log\)"):
+            w.request({"op": "generate"}, timeout=30)
+    finally:
+        w.kill()
+        w.close()
+    fake = type("W", (), {"name": "vllm", "log_path": "/tmp/w.log"})()
+    good = {"token_ids": [5, 6], "spec": {"drafts": 1, "draft_tokens": 4, "accepted_tokens": 1, "accepted_per_pos": [1]},
+            "wall_s": 0.2}
+    assert VE.check_generate_reply(good, fake) == [5, 6]
+    assert VE.check_generate_reply({"token_ids": [], "spec": None, "wall_s": None}, fake) == []
+    for bad, what in (({"token_ids": [1, True]}, "token_ids"), ({"token_ids": [1], "spec": "x"}, "spec must be"),
+                      ({"token_ids": [1], "spec": {"drafts": "n"}}, "spec.drafts"),
+                      ({"token_ids": [1], "spec": {"accepted_per_pos": [1, -1]}}, "spec.accepted_per_pos"),
+                      ({"token_ids": [1], "wall_s": float("nan")}, "wall_s")):
+        with pytest.raises(RuntimeError, match=rf"vLLM worker 'vllm' sent a malformed reply to 'generate': {what}.*"
+                                               r"\(log: /tmp/w.log\)"):
+            VE.check_generate_reply(bad, fake)
+
+
 def test_add_vllm_speedups():
-    res = {"per_task": [{"task": "code", "label": "vllm", "tokens_per_s": 10.0},
-                        {"task": "code", "label": "ar", "tokens_per_s": 20.0}],
-           "per_prompt": [{"task": "code", "prompt_id": "a", "label": "vllm", "tokens_per_s": 4.0},
-                          {"task": "code", "prompt_id": "a", "label": "vllm-ngram-k4", "tokens_per_s": 12.0}]}
+    """Paired with vLLM's plain run of the same prompt and repeat, each repeat's tokens with its own seconds."""
+    def run(label, rep, wall, tokens=10):
+        return {"task": "code", "prompt_id": "a", "label": label, "repeat": rep, "wall_s": wall, "new_tokens": tokens}
+
+    runs = [run("vllm", 0, 1.0), run("vllm", 1, 2.0), run("ar", 0, 2.0), run("ar", 1, 2.0),
+            run("vllm-ngram-k4", 0, 0.5), run("vllm-ngram-k4", 1, 0.4, tokens=4)]
+    res = {"runs": runs, "per_task": [{"task": "code", "label": "vllm"}, {"task": "code", "label": "ar"},
+                                      {"task": "code", "label": "vllm-ngram-k4"}],
+           "per_prompt": [{"task": "code", "prompt_id": "a", "label": "vllm-ngram-k4"}]}
     VE.add_vllm_speedups(res)
-    assert res["per_task"][1]["speedup_vs_vllm"] == 2.0
-    assert res["per_prompt"][1]["speedup_vs_vllm"] == 3.0
+    # ar: repeat 0 10/2 over 10/1 = 0.5, repeat 1 10/2 over 10/2 = 1.0 -> median 0.75
+    assert res["per_task"][1]["speedup_vs_vllm"] == pytest.approx(0.75)
+    # ngram: repeat 0 (10/0.5)/(10/1) = 2.0, repeat 1 (4/0.4)/(10/2) = 2.0
+    assert res["per_task"][2]["speedup_vs_vllm"] == pytest.approx(2.0)
+    assert res["per_prompt"][0]["speedup_vs_vllm"] == pytest.approx(2.0)
+    assert res["per_task"][0]["speedup_vs_vllm"] == pytest.approx(1.0)
 
 
 def test_export_matches_the_draft():

@@ -8,19 +8,30 @@ Examples::
     python -m specdec_lesson.bench --report benchmarks/results/bench_default_....json
 
 Bad input prints one ``specdec-bench: error: ...`` line on stderr and exits with status 2, before any
-model is loaded where it can be known then (flags, the prompts file, the ``--out`` path); Ctrl-C prints
-one line too (exit 130), keeping the runs measured so far in a ``.partial.json`` file.
+model is loaded where it can be known then (flags, conflicting flags, the prompts file, the ``--out`` path, a
+prompt longer than the target's context, read from the tokenizer and config alone where they are on disk).
+
+Nothing is lost or overwritten: the results path is reserved at the start by creating its run journal
+``<out>.partial.jsonl`` exclusively (``bench.journal``), so a second run with the same ``--out`` fails at once; an
+existing finished results file is overwritten only with ``--force``; the ``--prompts`` file and, with ``--report``,
+the results file are never an output.  Every measured run is appended to the journal (fsynced) as it finishes, so
+even a killed process keeps them; the results file is written atomically at the end and the journal removed.
+Ctrl-C or SIGTERM (kill, timeout, a scheduler) prints one line (exit 130 or 143), keeping the runs measured so far
+in a ``.partial.json`` file marked incomplete (which ``--report`` refuses).  Default results names carry
+microseconds and, if taken even so, a counter.
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ..cli_args import UsageError, check_output_file, check_seed, check_threads
+from ..cli_args import UsageError, check_output_file, check_seed, check_threads, same_file
+from .journal import free_name, sigterm_as_interrupt
 
 __all__ = ["main", "build_parser"]
 
@@ -49,7 +60,9 @@ def _once(flag: str, items: list, text: str) -> list:
     return items
 
 
-def _ks(text: str) -> list[int]:
+def _ks(text: str | None) -> list[int]:
+    if text is None:
+        return [4]  # the default
     if text.strip().lower() == "auto":
         return [4]  # a placeholder until the probe (BenchSettings.auto_k) chooses
     try:
@@ -69,12 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--prompts", default=None, help="JSONL file, one {\"prompt\": ...} object per line")
     g.add_argument("--method", default=DEFAULT_METHODS,
                    help=f"comma list (default {DEFAULT_METHODS}; also hybrid, hybrid-suffix, suffix, tree, hybrid-tree)")
-    g.add_argument("--k", default="4", help="drafts per step: one value, a sweep like 1,2,4,8, or auto (chosen by the "
-                   "simulator's cost model from a probe of this machine)")
+    g.add_argument("--k", default=None, help="drafts per step of the K methods: one value (default 4), a sweep like "
+                   "1,2,4,8, or auto (chosen by the simulator's cost model from a probe of this machine)")
     g.add_argument("--max-new-tokens", type=int, default=128)
     g.add_argument("--temperature", type=float, default=0.0)
-    g.add_argument("--top-k", type=int, default=None)
-    g.add_argument("--top-p", type=float, default=None)
+    g.add_argument("--top-k", type=int, default=None, help="with --temperature > 0")
+    g.add_argument("--top-p", type=float, default=None, help="with --temperature > 0")
     g.add_argument("--repeats", type=int, default=3)
     g.add_argument("--warmup", type=int, default=1, help="discarded calls of every method before timing")
     g.add_argument("--limit", type=int, default=None, help="at most this many prompts per task")
@@ -87,14 +100,20 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--draft", default=None, help="draft model path or hub name (with --target)")
     g.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     g.add_argument("--draft-device", default=None, help="device of the draft (default: --device)")
-    g.add_argument("--target-device-map", default=None, help="e.g. auto: shard the target with accelerate")
+    g.add_argument("--target-device-map", default=None, help="e.g. auto: shard the target with accelerate (hub pairs "
+                   "and --target/--draft only)")
     g.add_argument("--dtype", default="auto", help="auto (fp32 on CPU, bf16 on GPU), float32, bfloat16, float16")
-    g.add_argument("--engine", default="native", choices=["native", "vllm"])
+    g.add_argument("--engine", default="native", choices=["native", "vllm"], help="vllm: add vLLM's peers of the "
+                   "methods (the vllm* methods need it)")
     g.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     g = p.add_argument_group("output")
-    g.add_argument("--out", default=None, help="results JSON (default benchmarks/results/bench_<pair>_<time>.json)")
+    g.add_argument("--out", default=None, help="results JSON (default benchmarks/results/bench_<pair>_<time>.json); "
+                   "reserved at the start (its journal <out>.partial.jsonl holds every run measured so far)")
     g.add_argument("--report", default=None, metavar="RESULTS.json", help="make the HTML report of a results file, run nothing")
-    g.add_argument("--html", default=None, help="report path (default: the results path with .html)")
+    g.add_argument("--html", default=None, help="report path (default: the results path with .html; never the results "
+                   "file itself)")
+    g.add_argument("--force", action="store_true", help="overwrite an existing finished results file at --out (without "
+                   "it a run refuses, before loading anything)")
     g.add_argument("--no-progress", action="store_true")
     return p
 
@@ -113,7 +132,10 @@ def _check_device(name: str | None) -> None:
 
 
 def _settings(a):
-    from .runner import BenchSettings
+    """The run's settings from the flags, every check that needs no model: values, conflicting flags (each would
+    be ignored yet recorded as used), the pair name (before any path is made from it), the prompts file."""
+    from .loading import check_pair_args
+    from .runner import K_METHODS, BenchSettings
 
     tasks = _once("--task", _csv(a.task), a.task) if a.task is not None else (["prompts"] if a.prompts else ["code", "math"])
     if a.prompts and "prompts" not in tasks:
@@ -126,11 +148,25 @@ def _settings(a):
     if a.html and not a.report:
         raise _UsageError("--html goes with --report (a run writes no HTML page); make one afterwards with "
                           "--report RESULTS.json --html PAGE.html")
-    s = BenchSettings(tasks=tasks, methods=methods, ks=_ks(a.k), auto_k=a.k.strip().lower() == "auto",
+    auto_k = a.k is not None and a.k.strip().lower() == "auto"
+    s = BenchSettings(tasks=tasks, methods=methods, ks=_ks(a.k), auto_k=auto_k,
                       max_new_tokens=a.max_new_tokens, temperature=a.temperature, top_k=a.top_k, top_p=a.top_p,
                       repeats=a.repeats, warmup=a.warmup, limit=a.limit, seed=a.seed, prompts_file=a.prompts,
                       check_code=a.check_code, hybrid_lookup_k=a.hybrid_lookup_k)
     s.validate()
+    if a.engine == "vllm":  # ours + their vLLM peers (vllm_engine.peer_methods)
+        from .vllm_engine import peer_methods
+
+        s.methods = peer_methods(s.methods, a.method != DEFAULT_METHODS)
+        s.validate()
+    if s.temperature == 0 and (a.top_k is not None or a.top_p is not None):
+        flag = "--top-k" if a.top_k is not None else "--top-p"
+        raise _UsageError(f"{flag} shapes sampling, and --temperature 0 decodes greedily (it would be ignored): drop "
+                          f"{flag}, or sample with --temperature > 0")
+    if a.k is not None and not set(s.methods) & K_METHODS:
+        raise _UsageError(f"--k {a.k} sets the drafts per step of the K methods ({', '.join(sorted(K_METHODS))}), and "
+                          f"none of {','.join(s.methods)} is one: drop --k, or add one to --method")
+    check_pair_args(a.pair, a.target, a.draft, a.dtype, a.target_device_map)
     if a.prompts:
         from .tasks import load_prompts
 
@@ -138,18 +174,92 @@ def _settings(a):
     return s
 
 
-def _run(a) -> int:
+def _precheck_fits(a, s) -> None:
+    """Refuse a prompt longer than the target's context before loading the models: from the target's tokenizer
+    and config alone (a second or so), where both are on disk (the default pair's converted cache, a local
+    ``--target`` folder, a hub model in the local cache).  Elsewhere (the tiny pair loads in no time; a hub model
+    not cached) the same check runs after the load, before any probe or warm-up."""
+    from . import tasks as T
+    from .loading import PAIRS
+    from .runner import check_fits, context_limit
+
+    if a.target:
+        source = a.target
+    elif a.pair == "default":
+        from ..models import default_target_cache_dir
+
+        source = default_target_cache_dir()
+        if not (Path(source) / "config.json").is_file():
+            return  # not converted yet: the load converts it, then checks
+    elif PAIRS.get(a.pair):
+        source = PAIRS[a.pair][0]
+    else:
+        return
+    try:
+        from transformers import AutoConfig, AutoTokenizer
+
+        local = Path(source).is_dir()
+        cfg = AutoConfig.from_pretrained(source, local_files_only=not local)
+        tok = AutoTokenizer.from_pretrained(source, local_files_only=not local)
+    except Exception:  # not on disk, or unreadable: the loader reports it with its own message
+        return
+    items = {t: T.task_items(t, s.limit, s.prompts_file) for t in s.tasks}
+    encoded = {t: [tok(T.chat(tok, it["text"]), add_special_tokens=False)["input_ids"] for it in its]
+               for t, its in items.items()}
+    labels = [(lab, m, None if s.auto_k else k) for lab, m, k in s.labels()]
+    check_fits(context_limit(cfg), items, encoded, s, labels)
+
+
+def _reserve_out(a):
+    """The results path and its run journal, created exclusively now, before any model is loaded: a second run
+    with the same --out fails at once, an existing finished file needs --force, the prompts file is never an output;
+    a default name (microseconds) that is taken even so gets a counter."""
+    from .journal import RunJournal
+
+    if a.out:
+        out = check_output_file(a.out, "--out")  # now, not after the run: a bad path must not cost the results
+        if a.prompts and same_file(out, a.prompts):
+            raise _UsageError(f"--out {out} is the --prompts file: the results would replace your prompts; choose "
+                              "another --out")
+        return out, RunJournal.reserve(out, force=a.force)
+    now = datetime.now(UTC)
+    base = f"bench_{a.pair if not a.target else 'custom'}_{now.strftime('%Y%m%dT%H%M%S')}_{now.microsecond:06d}Z"
+    folder = Path("benchmarks/results")
+    check_output_file(folder / f"{base}.json", "the default results path (choose one with --out)", make_parent=True)
+    return RunJournal.reserve_free(folder / f"{base}.json")
+
+
+def _report(a) -> int:
     from . import report
-    from .runner import load_models, load_results, run_benchmark
+    from .results import is_results_file
+    from .runner import load_results
+
+    res = load_results(a.report)
+    src = Path(a.report)
+    html = Path(a.html) if a.html else src.with_suffix(".html")
+    if same_file(html, src):
+        other = src.with_suffix(".html") if src.suffix != ".html" else src.with_name(src.stem + "_report.html")
+        raise _UsageError(f"--html {html} is the results file itself: the page would replace the results; give another "
+                          f"path, such as --html {other}")
+    if is_results_file(html):
+        raise _UsageError(f"--html {html} is a benchmark results file: the page would replace its results; give "
+                          "another path ending in .html")
+    check_output_file(html, "--html")
+    report.write_html(res, html)
+    print(report.format_table(res))
+    print(f"report written to {html}")
+    return 0
+
+
+def _stopped(got: list[int]) -> tuple[str, int]:
+    return ("terminated (SIGTERM)", 128 + signal.SIGTERM) if got else ("interrupted", 130)
+
+
+def _run(a, got: list[int]) -> int:
+    from .runner import load_models, run_benchmark
 
     if a.report:
-        res = load_results(a.report)
-        html = Path(a.html) if a.html else Path(a.report).with_suffix(".html")
-        check_output_file(html, "--html")
-        report.write_html(res, html)
-        print(report.format_table(res))
-        print(f"report written to {html}")
-        return 0
+        return _report(a)
     settings = _settings(a)
     _check_device(a.device)
     _check_device(a.draft_device)
@@ -157,35 +267,55 @@ def _run(a) -> int:
         import torch
 
         torch.set_num_threads(a.threads)
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    if a.out:
-        out = check_output_file(a.out, "--out")  # now, not after the run: a bad path must not cost the results
-    else:
-        out = Path("benchmarks/results") / f"bench_{a.pair if not a.target else 'custom'}_{stamp}.json"
-        check_output_file(out, "the default results path (choose one with --out)", make_parent=True)
-    if a.engine == "vllm":  # ours + their vLLM peers (vllm_engine.peer_methods); the venv is checked before loading
-        from .vllm_engine import check_available, close_all, peer_methods
+    if a.engine == "vllm" or any(m.startswith("vllm") for m in settings.methods):  # the venv, before loading
+        from .vllm_engine import check_available
 
-        settings.methods = peer_methods(settings.methods, a.method != DEFAULT_METHODS)
-        settings.validate()
         check_available()
-    loaded = load_models(a.pair, a.target, a.draft, device=a.device, draft_device=a.draft_device, dtype=a.dtype,
-                         target_device_map=a.target_device_map)
+    _precheck_fits(a, settings)
+    out, journal = _reserve_out(a)
     try:
-        res = run_benchmark(loaded, settings, progress=not a.no_progress)
-    finally:
-        if a.engine == "vllm":
-            close_all()
-    if not res.get("complete"):
-        partial = _save(res, out.with_name(out.stem + ".partial.json"))
-        print(f"specdec-bench: interrupted; {len(res['runs'])} runs kept in {partial} (marked incomplete)", file=sys.stderr)
-        return 130
-    out = _save(res, out)
+        res = _measure(a, settings, journal, load_models, run_benchmark)
+        complete = bool(res.get("complete"))
+        partial = out.with_name(out.stem + ".partial.json")
+        saved = _save(res, out if complete else free_name(partial)) if complete or res["runs"] else None
+    except BaseException as exc:
+        if journal.count == 0:  # nothing measured: nothing to keep
+            journal.discard()
+            raise
+        journal.close()
+        kept = f"the {journal.count} runs measured so far are kept in {journal.path} (one JSON line each)"
+        if isinstance(exc, KeyboardInterrupt):
+            what, code = _stopped(got)
+            print(f"specdec-bench: {what}; {kept}", file=sys.stderr)
+            return code
+        if isinstance(exc, Exception):
+            raise RuntimeError(f"{' '.join(str(exc).split()) or type(exc).__name__}; {kept}") from exc
+        raise
+    journal.discard()  # the runs are in ``saved`` now
+    if not complete:
+        what, code = _stopped(got)
+        print(f"specdec-bench: {what}; {len(res['runs'])} runs kept in {saved} (marked incomplete)" if saved else
+              f"specdec-bench: {what} before any run was measured; nothing was written", file=sys.stderr)
+        return code
+    from . import report
+
     print(report.format_table(res))
     for note in res.get("notes", []):
         print(f"note: {note}")
-    print(f"results written to {out}")
+    print(f"results written to {saved}")
     return 0
+
+
+def _measure(a, settings, journal, load_models, run_benchmark) -> dict:
+    loaded = load_models(a.pair, a.target, a.draft, device=a.device, draft_device=a.draft_device, dtype=a.dtype,
+                         target_device_map=a.target_device_map)
+    try:
+        return run_benchmark(loaded, settings, progress=not a.no_progress, journal=journal)
+    finally:
+        if a.engine == "vllm":
+            from .vllm_engine import close_all
+
+            close_all()
 
 
 def _save(res: dict, path: Path) -> Path:
@@ -196,7 +326,7 @@ def _save(res: dict, path: Path) -> Path:
     try:
         return write_results(res, path)
     except OSError as exc:
-        spare = Path(tempfile.gettempdir()) / path.name
+        spare = free_name(Path(tempfile.gettempdir()) / path.name)
         write_results(res, spare)
         print(f"specdec-bench: could not write {path} ({exc.strerror or exc}); the results were saved to {spare} instead",
               file=sys.stderr)
@@ -210,14 +340,17 @@ def main(argv: list[str] | None = None) -> int:
 
         hf_logging.set_verbosity_error()  # HF generate's deprecation chatter would bury the results table
         hf_logging.disable_progress_bar()  # weight-loading bars; the benchmark has its own
-        return _run(parser.parse_args(argv))
+        with sigterm_as_interrupt() as got:
+            try:
+                return _run(parser.parse_args(argv), got)
+            except KeyboardInterrupt:  # while loading or warming up (a measurement returns its partial results)
+                what, code = _stopped(got)
+                print(f"specdec-bench: {what} before any run was measured; nothing was written", file=sys.stderr)
+                return code
     except (ValueError, RuntimeError, OSError, ImportError) as exc:
         msg = " ".join(str(exc).split()) or type(exc).__name__
         print(f"specdec-bench: error: {msg}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:  # while loading or warming up (an interrupted measurement returns its partial results)
-        print("specdec-bench: interrupted before any run was measured; nothing was written", file=sys.stderr)
-        return 130
 
 
 if __name__ == "__main__":

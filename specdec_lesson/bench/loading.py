@@ -13,7 +13,7 @@ import torch
 
 from . import tasks as T
 
-__all__ = ["PAIRS", "CharTokenizer", "Loaded", "load_models"]
+__all__ = ["PAIRS", "CharTokenizer", "Loaded", "load_models", "check_pair_args"]
 
 PAIRS = {
     "default": None, "tiny": None,
@@ -115,6 +115,29 @@ def _load_hf_pair(target_name: str, draft_name: str, device, draft_device, dtype
     return target.eval(), draft.to(draft_device).eval(), ttok
 
 
+_DTYPES = {"auto": None, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def check_pair_args(pair: str | None, target: str | None = None, draft: str | None = None, dtype: str = "auto",
+                    target_device_map: str | None = None) -> str | None:
+    """The pair to load (None for ``target``/``draft`` paths), or one ValueError: an unknown pair name (only the
+    names of ``PAIRS``: a name is also part of the default results path, so it is checked before any path is made
+    from it), ``--target`` without ``--draft``, an unknown dtype, a ``target_device_map`` for a pair that ignores
+    it (``default``, ``tiny``)."""
+    if target or draft:
+        if not (target and draft):
+            raise ValueError("--target and --draft go together (or use --pair)")
+        pair = None
+    if pair is not None and pair not in PAIRS:
+        raise ValueError(f"unknown pair {pair!r}; choose from {', '.join(PAIRS)} or give --target/--draft")
+    if dtype not in _DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; choose from {', '.join(_DTYPES)}")
+    if target_device_map and pair in ("default", "tiny"):
+        raise ValueError(f"--target-device-map shards a large target over devices; the {pair} pair loads on one device "
+                         "and would ignore it: drop it, or use --pair llama3-8b-70b / qwen2.5-0.5b-7b or --target/--draft")
+    return pair
+
+
 def load_models(pair: str | None = "default", target: str | None = None, draft: str | None = None, *,
                 device: str = "cpu", draft_device: str | None = None, dtype: str = "auto",
                 target_device_map: str | None = None, tune: bool = True) -> Loaded:
@@ -127,15 +150,8 @@ def load_models(pair: str | None = "default", target: str | None = None, draft: 
 
     draft_device = draft_device or device
     notes: list[str] = []
-    if target or draft:
-        if not (target and draft):
-            raise ValueError("--target and --draft go together (or use --pair)")
-        pair = None
-    if pair is not None and pair not in PAIRS:
-        raise ValueError(f"unknown pair {pair!r}; choose from {', '.join(PAIRS)} or give --target/--draft")
-    tdtype = {"auto": None, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-    if dtype not in tdtype:
-        raise ValueError(f"unknown dtype {dtype!r}; choose from {', '.join(tdtype)}")
+    pair = check_pair_args(pair, target, draft, dtype, target_device_map)
+    tdtype = _DTYPES
     if pair == "tiny":
         tgt, drf, _ = M.tiny_pair(dtype=tdtype[dtype] or torch.float32)
         tok = CharTokenizer(tgt.config.vocab_size)
@@ -167,7 +183,7 @@ def _tune(target, device: str, notes: list[str]) -> dict | None:
     """Measure plain against pre-packed weights per forward width and route each width to the faster one."""
     if not str(device).startswith("cpu"):
         return None
-    from ..profiling import tune_dispatch
+    from ..profiling import noisy_probe_note, tune_dispatch
 
     d = tune_dispatch(target, repeats=3)
     r = d["plain_rows_max"]
@@ -177,9 +193,7 @@ def _tune(target, device: str, notes: list[str]) -> dict | None:
                  f"machine (medians of 3, interleaved), so every method, ar included, runs {where} "
                  "(profiling.tune_dispatch)")
     if d["noisy"]:
-        notes.append(f"WARNING: the machine was busy during that probe (its repeats differ by {d['spread']:.0%}, about "
-                     "2-3% on a quiet machine): the weights chosen and every timing of this run are unreliable; rerun "
-                     "it on a quiet machine")
+        notes.append(f"WARNING: {noisy_probe_note(d['spread'])}")
     return {"plain_rows_max": r, "plain_ms": d["plain_ms"], "packed_ms": d["packed_ms"], "spread": d["spread"]}
 
 

@@ -1,8 +1,8 @@
 """Benchmark report: a text table for the terminal and plotly charts saved as one small HTML file.
 
 Charts: speedup over ``ar`` by task and method, alpha by task and method, the accepted-length
-histograms, tokens/s.  The HTML loads plotly.js from its CDN (``include_plotlyjs='cdn'``), so the
-file stays small (tens of kB); open it with a network connection, or re-plot from the JSON.
+histograms, tokens/s.  The page works offline: it loads plotly.js from ``plotly.min.js`` beside it (written there
+once, from the installed plotly package), so each page stays small (tens of kB) and no network is needed.
 """
 
 from __future__ import annotations
@@ -37,17 +37,19 @@ def alpha_and_utilisation(row: dict) -> tuple[float | None, float | None]:
 
 
 def format_table(results: dict) -> str:
-    """Per task and method: tokens/s, speedup (throughput ratio with its 95% bootstrap interval over prompts,
-    median and range of the per-prompt speedups), alpha (per-token
+    """Per task and method: n prompts x repeats, tokens/s, speedup (the median over repeats of the paired throughput
+    ratio over ar, with its two-level bootstrap interval, nominal 95%: ``bench.paired``; then the median and range of
+    the per-prompt speedups), alpha (per-token
     acceptance, accepted / (accepted + rejections)), utilisation (accepted / proposed drafts), tau,
     target forwards per token, accuracy / pass@1 and greedy equality with ar."""
-    head = (f"{'task':8} {'method':22} {'n':>3} {'tok/s':>8} {'speedup':>8} {'95% CI':>11} {'med':>6} {'range':>11} "
+    head = (f"{'task':8} {'method':22} {'n':>3} {'rep':>3} {'tok/s':>8} {'speedup':>8} {'95% CI':>11} {'med':>6} {'range':>11} "
             f"{'alpha':>6} {'util':>5} {'tau':>5} {'fwd/tok':>7} {'acc':>5} {'pass':>5} {'=ar':>5}")
     lines = [head, "-" * len(head)]
     for r in results["per_task"]:
         alpha, util = alpha_and_utilisation(r)
         lines.append(
-            f"{r['task']:8} {r['label']:22} {r['prompts']:>3} {_fmt(r['tokens_per_s'], '8.2f')} {_fmt(r['speedup'], '7.2f')}x "
+            f"{r['task']:8} {r['label']:22} {r['prompts']:>3} {r.get('repeats') or '-':>3} "
+            f"{_fmt(r['tokens_per_s'], '8.2f')} {_fmt(r['speedup'], '7.2f')}x "
             f"{_span(r.get('speedup_ci'))} {_fmt(r['speedup_median'], '5.2f')}x {_span(r.get('speedup_range'))} "
             f"{_fmt(alpha, '6.3f')} {_fmt(util, '5.2f')} "
             f"{_fmt(r['tau'], '5.2f')} "
@@ -95,11 +97,20 @@ def make_figures(results: dict) -> list:
 
 
 def write_html(results: dict, path: str | Path) -> Path:
-    """One HTML page: settings, the table, the charts (plotly.js from the CDN, loaded once)."""
+    """One HTML page: settings, the table, the charts (plotly.js from ``plotly.min.js`` beside the page, written
+    there when missing or different: no network needed); written atomically (``results.write_text_atomic``), so an
+    interrupted write never leaves a truncated page or file."""
+    from plotly.offline import get_plotlyjs
+
+    from .results import write_text_atomic
+
     path = Path(path)
+    js, script = path.parent / "plotly.min.js", get_plotlyjs()
+    if not js.is_file() or js.read_text(encoding="utf-8") != script:
+        write_text_atomic(js, script, "plotly.js beside the report")
     parts = []
     for i, fig in enumerate(make_figures(results)):
-        parts.append(fig.to_html(full_html=False, include_plotlyjs="cdn" if i == 0 else False))
+        parts.append(fig.to_html(full_html=False, include_plotlyjs="directory" if i == 0 else False))
     pair, m, s = results["pair"], results["machine"], results["settings"]
     meta = (f"pair: {pair.get('target')} / draft {pair.get('draft')} | device {results.get('device')} | "
             f"torch {m.get('torch')}, transformers {m.get('transformers')} | {m.get('processor')}, {m.get('cpu_count')} CPUs "
@@ -109,9 +120,7 @@ def write_html(results: dict, path: str | Path) -> Path:
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>specdec benchmark</title></head><body>"
             f"<h1>Speculative decoding benchmark</h1><p>{html.escape(meta)}</p><ul>{notes}</ul>"
             f"<pre>{html.escape(format_table(results))}</pre>{''.join(parts)}</body></html>")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(page, encoding="utf-8")
-    return path
+    return write_text_atomic(path, page, "the report")
 
 
 def verify_hists(results: dict, task: str, label: str, first_repeat_only: bool | None = None) -> dict[int, list[int]]:

@@ -10,13 +10,10 @@ per call), the setting of Spec-Bench and of HF assisted generation.
 
 from __future__ import annotations
 
-import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 
 import torch
 
@@ -24,6 +21,7 @@ from . import tasks as T
 from .loading import PAIRS, CharTokenizer, Loaded, load_models
 from .metrics import AR_LABEL, prompt_table, task_table
 from .results import RESULTS_FORMAT, _git_revision, load_results, machine_info, write_results
+from .sandbox import check_code_reply, missing_protections_note
 
 __all__ = ["METHODS", "PAIRS", "RESULTS_FORMAT", "BenchSettings", "Loaded", "load_models", "run_benchmark", "write_results",
            "load_results", "check_code_reply", "CharTokenizer", "machine_info"]
@@ -208,27 +206,6 @@ def _run_one(loaded: Loaded, method: str, k: int | None, ids: list[int], s: Benc
     return _cut_eos(out[0, x.shape[1]:].tolist(), loaded.eos_token_id), None
 
 
-def check_code_reply(problem: dict, reply: str, timeout: float = 10.0) -> bool:
-    """HumanEval pass@1 for one reply: its first Python code block (or the whole reply), run with
-    the problem's tests in a fresh ``python`` subprocess under a timeout.  This executes
-    model-written code: it is opt-in (``--check-code``)."""
-    import re
-
-    blocks = re.findall(r"```(?:python|py)?\s*\n(.*?)```", reply, flags=re.DOTALL)
-    code = blocks[0] if blocks else reply
-    if f"def {problem['entry_point']}" not in code:
-        code = problem["prompt"] + code
-    program = f"{code}\n\n{problem['test']}\n\ncheck({problem['entry_point']})\n"
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "check.py"
-        path.write_text(program)
-        try:
-            res = subprocess.run([sys.executable, "-I", str(path)], cwd=tmp, capture_output=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return False
-    return res.returncode == 0
-
-
 # ------------------------------------------------------------------------------------- run
 def _seed(s: BenchSettings, task_index: int, prompt_index: int, repeat: int) -> int:
     return s.seed * 10_000_000 + task_index * 1_000_000 + prompt_index * 100 + repeat
@@ -270,10 +247,20 @@ def _check_methods(loaded: Loaded, labels) -> None:
 def _check_fits(loaded: Loaded, items: dict, encoded: dict, s: BenchSettings, labels) -> None:
     """Every prompt + ``max_new_tokens`` + one step's drafts must fit the target's context: say so before the
     warm-up (naming the longest prompt and the largest budget that fits), not at the prompt that overflows."""
-    cfg = getattr(loaded.target, "config", None)
+    check_fits(context_limit(getattr(loaded.target, "config", None)), items, encoded, s, labels)
+
+
+def context_limit(cfg) -> int | None:
+    """The target's context (``max_position_embeddings``) from its config, or None where it has none."""
     cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
     limit = getattr(cfg, "max_position_embeddings", None)
-    if not isinstance(limit, int):
+    return limit if isinstance(limit, int) else None
+
+
+def check_fits(limit: int | None, items: dict, encoded: dict, s: BenchSettings, labels) -> None:
+    """``_check_fits`` from the context ``limit`` alone: the command line runs it before loading the models, from
+    the tokenizer and the config (``bench.__main__``); labels with K None (``--k auto``) count one draft."""
+    if limit is None or not any(encoded.values()):
         return
     methods = {m for _, m, _ in labels}
     lookup = [s.hybrid_lookup_k] if methods & {"hybrid", "hybrid-suffix"} else []
@@ -294,8 +281,12 @@ def _check_fits(loaded: Loaded, items: dict, encoded: dict, s: BenchSettings, la
                          f"{limit} positions; {fix}")
 
 
-def run_benchmark(loaded: Loaded, s: BenchSettings, *, progress: bool = True) -> dict:
-    """Run every (task, prompt, repeat, method); return the results dict (see ``write_results``)."""
+def run_benchmark(loaded: Loaded, s: BenchSettings, *, progress: bool = True, journal=None) -> dict:
+    """Run every (task, prompt, repeat, method); return the results dict (see ``write_results``).
+
+    ``journal`` (a ``bench.journal.RunJournal``, or None): gets the header before the warm-up and every run
+    record as soon as it is measured (on disk before the next run starts), so a killed process keeps them.
+    Ctrl-C (or SIGTERM turned into one by the command line) returns the runs so far, marked incomplete."""
     from tqdm.auto import tqdm
 
     s.validate()
@@ -303,6 +294,10 @@ def run_benchmark(loaded: Loaded, s: BenchSettings, *, progress: bool = True) ->
     _check_methods(loaded, labels)
     items = {t: T.task_items(t, s.limit, s.prompts_file) for t in s.tasks}
     encoded = {t: [loaded.encode(it["text"]) for it in its] for t, its in items.items()}
+    if s.check_code and (note := missing_protections_note()):  # the layers of the sandbox this machine refused
+        loaded.notes.append(note)
+    if s.auto_k:  # the prompts must fit with one draft per step before the probe spends time choosing K
+        _check_fits(loaded, items, encoded, s, [(lab, m, None) for lab, m, _ in labels])
     if s.auto_k and loaded.draft is not None:  # one K for every K method, from a probe on the first prompt
         from ..sim.calibrate import tune_k
 
@@ -318,6 +313,8 @@ def run_benchmark(loaded: Loaded, s: BenchSettings, *, progress: bool = True) ->
         prepare(loaded, labels, s)  # starts the vLLM workers now: a venv or engine problem fails before the warm-up
     runs: list[dict] = []
     results = _header(loaded, s, labels)
+    if journal is not None:
+        journal.start(results)
     first = next(t for t in s.tasks if items[t])
     for _ in range(s.warmup):  # excluded from the results
         for _label, method, k in labels:
@@ -348,6 +345,8 @@ def run_benchmark(loaded: Loaded, s: BenchSettings, *, progress: bool = True) ->
                             if task == "code" and s.check_code:
                                 rec["passed"] = check_code_reply(item["problem"], rec["text"])
                         runs.append(rec)
+                        if journal is not None:
+                            journal.add(rec)
                         bar.update(1)
                     if r == 0:
                         ar_tokens = next(x["tokens"] for x in runs[-len(labels):] if x["label"] == AR_LABEL)

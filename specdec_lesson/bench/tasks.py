@@ -10,6 +10,11 @@ Math
     story templates, each answer computed in Python and verified by a second, independent
     computation; see that module's docstring for how they are made.
 
+Requests and chat
+    Free-form "write a Python function ..." requests (``bench.requests``) and general chat prompts
+    (``bench.chat``: explanations, how-to, summaries, advice, writing, lists, ...), both written for
+    the benchmark and held out from every training prompt of the draft, near-duplicates included.
+
 User prompts
     ``load_prompts(path)`` reads a JSONL file, one JSON object per line with a ``prompt`` field
     (blank lines are skipped); a malformed line raises ``ValueError`` naming its line number.
@@ -34,7 +39,7 @@ __all__ = [
 
 HUMANEVAL_TRAIN_IDS = range(0, 82)
 HUMANEVAL_EVAL_IDS = range(82, 164)
-TASKS = ("code", "math", "requests", "prompts")
+TASKS = ("code", "math", "requests", "chat", "prompts")
 
 CODE_TEMPLATE = (
     "Complete this Python function. Reply with the completed function in one Python code block.\n\n```python\n{prompt}```"
@@ -100,12 +105,15 @@ def load_prompts(path: str | Path) -> list[dict]:
         raise ValueError(f"prompts file {str(path)!r} does not exist")
     items, ids = [], set()
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise ValueError(f"prompts file {str(path)!r} is not UTF-8 text (byte {exc.start}); save it as UTF-8 JSONL") from None
     except OSError as exc:
         raise ValueError(f"prompts file {str(path)!r} cannot be read ({exc.strerror or exc})") from None
-    for lineno, line in enumerate(lines, 1):
+    # JSONL lines end at "\n" only: str.splitlines() would also split at U+2028, U+2029, U+0085 and other
+    # separators, which a JSON string may hold raw (json.dumps(..., ensure_ascii=False) writes them so)
+    for lineno, line in enumerate(text.split("\n"), 1):
+        line = line.removesuffix("\r")  # Windows line ends
         if not line.strip():
             continue
         try:
@@ -158,6 +166,10 @@ def task_items(task: str, limit: int | None = None, prompts_file: str | Path | N
         from .requests import function_requests
 
         items = [{"task": "requests", "id": r["id"], "text": r["text"]} for r in function_requests()]
+    elif task == "chat":  # general chat prompts written for bench.chat, held out
+        from .chat import chat_prompts
+
+        items = [{"task": "chat", "id": c["id"], "text": c["text"]} for c in chat_prompts()]
     elif task == "prompts":
         if prompts_file is None:
             raise ValueError("task 'prompts' needs --prompts FILE.jsonl")

@@ -55,7 +55,7 @@ from .vllm_process import (  # noqa: F401  (re-exported: the engine's public nam
 )
 
 __all__ = ["VLLM_METHODS", "PEERS", "vllm_python", "cpu_problem", "check_available", "VllmWorker", "start_worker",
-           "prepare", "run_one", "close_all", "peer_methods", "add_vllm_speedups"]
+           "check_generate_reply", "prepare", "run_one", "close_all", "peer_methods", "add_vllm_speedups"]
 
 VLLM_METHODS = ("vllm", "vllm-ngram", "vllm-eagle")
 PEERS = {"ar": "vllm", "prompt-lookup": "vllm-ngram", "chain": "vllm-eagle"}  # our method -> its vLLM peer
@@ -187,8 +187,39 @@ def run_one(loaded, method: str, k: int | None, ids: list[int], s, seed: int) ->
            "temperature": s.temperature, "top_k": s.top_k or None, "top_p": s.top_p, "seed": seed,
            "stop_token_ids": _eos_list(loaded.eos_token_id)}
     reply = w.request(req)
-    toks = [int(t) for t in reply["token_ids"]]
+    toks = check_generate_reply(reply, w)
     return toks, _stats(toks, k if method != "vllm" else 0, reply)
+
+
+def _count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def check_generate_reply(reply: dict, worker) -> list[int]:
+    """The new token ids of a worker's ``generate`` reply, after checking its shape (``token_ids``: token ids;
+    ``spec``: None or counters; ``wall_s``: seconds); a malformed reply is one RuntimeError naming the worker and
+    its log, where the worker wrote what went wrong."""
+    def bad(why: str) -> RuntimeError:
+        return RuntimeError(f"vLLM worker '{worker.name}' sent a malformed reply to 'generate': {why}; its log may say "
+                            f"why (log: {worker.log_path})")
+
+    toks = reply.get("token_ids")
+    if not isinstance(toks, list) or not all(_count(t) for t in toks):
+        raise bad(f"token_ids must be a list of token ids (integers >= 0), got {str(toks)[:80]!r}")
+    spec = reply.get("spec")
+    if spec is not None:
+        if not isinstance(spec, dict):
+            raise bad(f"spec must be null or an object of counters, got {str(spec)[:80]!r}")
+        for key in ("drafts", "draft_tokens", "accepted_tokens"):
+            if key in spec and not _count(spec[key]):
+                raise bad(f"spec.{key} must be an integer >= 0, got {str(spec[key])[:80]!r}")
+        per_pos = spec.get("accepted_per_pos")
+        if per_pos is not None and (not isinstance(per_pos, list) or not all(_count(v) for v in per_pos)):
+            raise bad(f"spec.accepted_per_pos must be a list of integers >= 0, got {str(per_pos)[:80]!r}")
+    wall = reply.get("wall_s")
+    if wall is not None and (isinstance(wall, bool) or not isinstance(wall, (int, float)) or not wall >= 0):
+        raise bad(f"wall_s must be a number of seconds >= 0, got {str(wall)[:80]!r}")
+    return toks
 
 
 def _stats(toks: list[int], k: int, reply: dict) -> dict:
@@ -228,15 +259,21 @@ def peer_methods(methods: list[str], explicit: bool) -> list[str]:
 
 
 def add_vllm_speedups(results: dict) -> dict:
-    """Add ``speedup_vs_vllm`` (tokens/s over vLLM's own plain decoding, same prompt / task) to the tables."""
-    for key, idx in (("per_prompt", ("task", "prompt_id")), ("per_task", ("task",))):
-        rows = results.get(key) or []
-        base = {tuple(r[i] for i in idx): r["tokens_per_s"] for r in rows if r.get("label") == "vllm"}
-        for r in rows:
-            b = base.get(tuple(r[i] for i in idx))
-            tps = r.get("tokens_per_s")
-            r["speedup_vs_vllm"] = tps / b if b and tps is not None and tps == tps else None
+    """Add ``speedup_vs_vllm`` (over vLLM's own plain decoding, method ``vllm``) to the tables, paired like
+    ``speedup``: each repeat's tokens with its own seconds, over the ``vllm`` run of the same prompt and repeat
+    (``bench.paired``)."""
+    from .paired import paired_cells, paired_task_speedup, prompt_speedup
+
+    runs = results.get("runs") or []
+    cells: dict = {}
+    for key in ("per_prompt", "per_task"):
+        for r in results.get(key) or []:
+            c = cells.setdefault((r["task"], r["label"]), paired_cells(runs, r["task"], r["label"], base="vllm"))
+            if key == "per_task":
+                r["speedup_vs_vllm"] = paired_task_speedup(c)
+            else:
+                r["speedup_vs_vllm"] = prompt_speedup(c[r["prompt_id"]]) if r["prompt_id"] in c else None
     if any(r.get("label") == "vllm" for r in results.get("per_task") or []):
-        results.setdefault("notes", []).append("speedup_vs_vllm: tokens/s over vLLM's plain decoding (method vllm); "
-                                               "speedup: over our ar, as everywhere")
+        results.setdefault("notes", []).append("speedup_vs_vllm: over vLLM's plain decoding (method vllm), paired by "
+                                               "prompt and repeat like speedup; speedup: over our ar, as everywhere")
     return results

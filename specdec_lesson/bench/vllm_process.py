@@ -154,9 +154,13 @@ class VllmWorker:
         if line is None:
             raise self._failure("exited")
         try:
-            return json.loads(line)
+            msg = json.loads(line)
         except json.JSONDecodeError:
             raise self._failure(f"sent a line that is not JSON: {line[:120]!r}") from None
+        if not isinstance(msg, dict):
+            raise RuntimeError(f"vLLM worker '{self.name}' sent a reply that is not a JSON object: {line.strip()[:120]!r} "
+                               f"(log: {self.log_path})")
+        return msg
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> dict:
         msg = self.receive(timeout)

@@ -25,18 +25,21 @@ import torch
 from ..drafters.suffix import ANSWERS_FORMAT, KINDS, load_answer_corpus
 from .data import chat_text, training_prompts
 
-__all__ = ["run_answers"]
+__all__ = ["run_answers", "check_answers_out", "SHIPPED_DATA"]
+
+SHIPPED_DATA = Path(__file__).resolve().parents[1] / "data"  # the package's shipped files: never written by default
 
 
-def _save(path: Path, rows: list[dict], meta: dict) -> None:
-    """Write ``rows`` ({tokens, n_prompt, kind}) to ``path`` through a temporary file and a rename."""
+def _save(path: Path, rows: list[dict], meta: dict, extra: dict[str, np.ndarray] | None = None) -> None:
+    """Write ``rows`` ({tokens, n_prompt, kind}) and the ``extra`` arrays to ``path`` through a temporary file,
+    fsync and a rename (``distill.mixture`` adds a temperature per answer)."""
     lens = [len(r["tokens"]) for r in rows]
     tokens = np.concatenate([np.asarray(r["tokens"], dtype=np.uint16) for r in rows]) if rows else np.zeros(0, np.uint16)
     arrays = {
         "tokens": tokens, "offsets": np.concatenate([[0], np.cumsum(lens)]).astype(np.int64),
         "n_prompt": np.asarray([r["n_prompt"] for r in rows], dtype=np.int32),
         "kind": np.asarray([KINDS.index(r["kind"]) for r in rows], dtype=np.uint8),
-        "meta": np.asarray(json.dumps(meta, sort_keys=True)),
+        "meta": np.asarray(json.dumps(meta, sort_keys=True)), **(extra or {}),
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
@@ -51,15 +54,37 @@ def _save(path: Path, rows: list[dict], meta: dict) -> None:
             tmp.unlink()
 
 
+def check_answers_out(out: Path, force: bool = False, flag: str = "--file") -> Path:
+    """``out`` if it may be written: an existing finished file, or any path inside the package's shipped data
+    (``specdec_lesson/data``, e.g. the shipped answer corpus), only with ``force``; else one UsageError naming the
+    fix.  Its ``.partial.npz`` (an interrupted run to resume) needs nothing."""
+    from ..cli_args import UsageError
+
+    out = Path(out)
+    shipped = out.expanduser().resolve().is_relative_to(SHIPPED_DATA.resolve())
+    if force:
+        return out
+    if out.exists():
+        what = "a shipped answer corpus" if shipped else "a finished answers file"
+        raise UsageError(f"{flag} {out} exists ({what}): add --force to replace it, or choose another {flag}")
+    if shipped:
+        raise UsageError(f"{flag} {out} is inside the package's shipped data ({SHIPPED_DATA}): add --force to write "
+                         f"there, or choose a {flag} outside the package")
+    return out
+
+
 def run_answers(out: Path, n_code: int, n_math: int, batch: int, max_new: int, seed: int, progress: bool = True,
-                model=None, tokenizer=None, max_batches: int | None = None) -> dict:
+                model=None, tokenizer=None, max_batches: int | None = None, force: bool = False) -> dict:
     """Answer the first ``n_code`` + ``n_math`` training prompts of ``seed`` greedily, ``batch`` at a time; write
     ``out`` and return its meta.  ``model`` / ``tokenizer`` default to the default target (pre-packed).
     ``max_batches`` stops after that many batches: the file is then complete for a prefix of the same prompt list
-    (its meta's ``answers`` says how many)."""
+    (its meta's ``answers`` says how many).  An existing ``out``, or one inside the package's shipped data, is
+    replaced only with ``force`` (``check_answers_out``, before the model is loaded)."""
     from tqdm import tqdm
 
     from .teacher import generate_teacher
+
+    check_answers_out(out, force)
 
     name = "a model passed in"
     if model is None:

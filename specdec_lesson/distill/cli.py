@@ -15,6 +15,9 @@ export-vllm  the shipped draft as a checkpoint folder vLLM's EAGLE proposer load
 resubset the shipped draft re-headed over another output subset, no retraining (``distill.subset``).
 answers  the target's greedy answers to training prompts as token ids in one small ``.npz`` (``distill.answers``):
          the corpus of the lookup over past answers (``drafters.suffix``) and teacher data that survives a new machine.
+mix      the target's answers (greedy, 1 in 3 at T=0.7) to a mixture of templated chat, self-written (Magpie), code
+         and math prompts, as token ids in shards ``specdec_lesson/data/mixture/mix_<seed>_<nnn>.npz``
+         (``distill.mixture``); resumable, deterministic from ``--seed``, finished shards never overwritten.
 
 The shipped draft was made with (on the 2-core CPU: the data commands ran side by side with 1 thread each,
 then train alone with 2 threads)::
@@ -33,7 +36,7 @@ answers, kept as token ids in the repository, their features recomputed (1664 an
 side with 1 thread each; ``--arch eagle3`` with the same flags and no ``--init`` is the EAGLE-3 run beside it)::
 
     python -m specdec_lesson.distill answers --file specdec_lesson/data/answers_smollm2_more.npz --n-code 1269 \
-        --n-math 1231 --batch 64 --max-new 160 --seed 3 --max-batches 26 --threads 2
+        --n-math 1231 --batch 64 --max-new 160 --seed 3 --max-batches 26 --threads 2 --force
     python -m specdec_lesson.distill heldout --out runs/s5 --n-code 10 --n-math 10 --threads 2
     python -m specdec_lesson.distill features --out runs/s5 --threads 2    # aux layers 2,15,27 for an eagle3 draft
     cp specdec_lesson/data/eagle_smollm2.json runs/stage1.json             # the stage-1 draft's record
@@ -44,7 +47,7 @@ side with 1 thread each; ``--arch eagle3`` with the same flags and no ``--init``
 ``benchmarks/draft_vocab.py`` then scored that draft over subsets of N = 1024 .. 49152 tokens (alpha flat, the head's
 cost not), and the shipped draft carries the 2048 most frequent reply tokens of the shipped answers (session 8)::
 
-    python -m specdec_lesson.distill resubset --n-sub 2048 --heldout runs/s5/heldout.pt
+    python -m specdec_lesson.distill resubset --n-sub 2048 --heldout runs/s5/heldout.pt --force
 
 Every file is written to a temporary name and renamed when complete (``atomic_save``), so an
 interrupted run never leaves a shard or checkpoint that passes for complete; rerunning the same
@@ -54,9 +57,16 @@ uninterrupted run when the data did not change meanwhile.  ``--fast`` runs the w
 random target in seconds (the tests use it).  A checkpoint records the settings that made it (``--fast``,
 ``--n-sub``, ``--budget``, ``--lr``, ``--unroll``, ``--seed``); a resume with other ones is refused, naming them.
 
+Files the package ships (``specdec_lesson/data``) are never written by default: ``answers`` writes
+``runs/distill/answers.npz`` unless ``--file`` says otherwise, and replaces an existing finished file, or writes
+inside the package, only with ``--force`` (resuming from its ``.partial.npz`` needs none); ``resubset`` rewrites the
+shipped draft only with ``--force``, after copying the files it replaces to ``<--out>/resubset-backup-<time>/``
+(or writes the re-headed draft to ``--dest DIR``).  ``train`` removes the temporary files of a killed run.
+
 Bad input (a flag out of range, ``train`` before ``gen``, an unreadable shard or checkpoint, a folder that
-cannot be written) prints one ``python -m specdec_lesson.distill: error: ...`` line and exits with status 2,
-before the target is loaded where it can be known then; Ctrl-C prints one line (exit 130) and keeps every
+cannot be written, a file that would be replaced without ``--force``) prints one
+``python -m specdec_lesson.distill: error: ...`` line and exits with status 2, before the target is loaded where it
+can be known then; Ctrl-C prints one line (exit 130) and keeps every
 finished shard and checkpoint.
 """
 
@@ -64,6 +74,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -135,22 +146,37 @@ def _parser() -> OneLineParser:
     x.add_argument("--init-json", type=Path, default=None,
                    help="the JSON of the draft train --init started from: its training is recorded as the earlier stage")
     w = sub.add_parser("answers", help="the target's greedy answers to training prompts, as token ids (one .npz)")
-    w.add_argument("--file", type=Path, default=None, help="output .npz (default: specdec_lesson/data/answers_smollm2.npz)")
+    w.add_argument("--file", type=Path, default=None, help="output .npz (default: runs/distill/answers.npz; an existing "
+                   "file, or one inside the package's shipped data, needs --force)")
+    w.add_argument("--force", action="store_true", help="replace an existing --file, or write inside specdec_lesson/data")
     w.add_argument("--n-code", type=int, default=400)
     w.add_argument("--n-math", type=int, default=400)
     w.add_argument("--batch", type=int, default=16)
     w.add_argument("--max-new", type=int, default=160)
     w.add_argument("--max-batches", type=int, default=None, help="stop after N batches (a prefix of the prompts)")
     w.set_defaults(out=Path("runs/distill"))
+    m = sub.add_parser("mix", help="the target's answers to a mixture of chat, Magpie, code and math prompts, as token "
+                       "ids in shards (distill.mixture)")
+    m.add_argument("--out", type=Path, default=None, help="shard folder (default: specdec_lesson/data/mixture)")
+    m.add_argument("--shards", type=int, required=True, help="make shards 0..N-1 of --seed (finished ones are kept)")
+    m.add_argument("--shard-size", type=int, default=256, help="answers per shard")
+    m.add_argument("--batch", type=int, default=32)
+    m.add_argument("--max-new", type=int, default=192)
     r = sub.add_parser("resubset", help="re-head the shipped draft over the N most frequent reply tokens of the answers")
     r.add_argument("--n-sub", type=int, required=True, help="size of the new output subset")
     r.add_argument("--heldout", type=Path, default=None, help="held-out set (distill heldout) to rescore alpha on")
     r.add_argument("--k", type=int, default=4)
+    r.add_argument("--dest", type=Path, default=None, help="folder for the re-headed draft (default: the shipped draft's "
+                   "own folder, rewritten only with --force)")
+    r.add_argument("--force", action="store_true", help="rewrite the shipped draft (or a draft in --dest); the replaced "
+                   "files are copied to <--out>/resubset-backup-<time>/ first")
+    r.add_argument("--out", type=Path, default=Path("runs/distill"), help="the backup of replaced files goes under it "
+                   "(default runs/distill)")
     v = sub.add_parser("export-vllm", help="the shipped draft as a checkpoint folder vLLM's EAGLE proposer loads")
     v.add_argument("--dest", type=Path, default=None, help="checkpoint folder (default: the cache folder the bench uses)")
     v.add_argument("--out", type=Path, default=Path("runs/distill"), help=argparse.SUPPRESS)
     r.set_defaults(out=Path("runs/distill"))
-    for p in (g, c, f, t, h, x, v, w, r):
+    for p in (g, c, f, t, h, x, v, w, r, m):
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--fast", action="store_true")
         p.add_argument("--threads", type=int, default=1)
@@ -209,8 +235,8 @@ def _check(a) -> None:
         pos("step", True)
         pos("curve_every")
         pos("n_sub", True)
-        if a.init_json is not None and not a.init_json.is_file():
-            raise UsageError(f"--init-json {a.init_json} does not exist (the draft's .json beside its .safetensors)")
+        if a.init_json is not None:
+            a.init_meta = _init_meta(a.init_json)
         if not (a.out / "ckpt.pt").is_file():
             raise UsageError(f"no checkpoint {a.out / 'ckpt.pt'}: run train with --out {a.out} first")
     elif a.cmd == "resubset":
@@ -220,6 +246,12 @@ def _check(a) -> None:
             raise UsageError(f"--heldout {a.heldout} does not exist; make it with {PROG} heldout --out DIR")
     elif a.cmd == "export-vllm" and a.dest is not None:
         check_writable_dir(a.dest, "--dest")
+    elif a.cmd == "mix":
+        from .mixture import DEFAULT_DIR
+
+        for name in ("shards", "shard_size", "batch", "max_new"):
+            pos(name)
+        a.out = a.out or DEFAULT_DIR
     if a.cmd in ("features", "train"):
         a.aux_layers = _layers(a.aux_layers)
         if a.cmd == "train" and a.aux_layers == "none":
@@ -228,6 +260,32 @@ def _check(a) -> None:
         raise UsageError(f"{a.cmd} always runs on the real target; --fast does not apply (and a --fast checkpoint "
                          "cannot be exported)")
     check_writable_dir(a.out, "--out")
+    if a.cmd == "answers":
+        from .answers import check_answers_out
+
+        a.file = check_answers_out(a.file or a.out / "answers.npz", a.force)
+    elif a.cmd == "resubset":
+        from ..drafters.eagle import DEFAULT_DRAFT_DIR
+        from .subset import check_resubset_dest
+
+        if a.dest is not None:
+            check_writable_dir(a.dest, "--dest")
+        check_resubset_dest(DEFAULT_DRAFT_DIR, a.dest or DEFAULT_DRAFT_DIR, a.force)
+
+
+def _init_meta(path: Path) -> dict | None:
+    """The ``training`` record of ``export --init-json``: the JSON object beside a draft's .safetensors."""
+    if not path.is_file():
+        raise UsageError(f"--init-json {path} does not exist (the draft's .json beside its .safetensors)")
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UsageError(f"--init-json {path} is not readable JSON ({exc}); pass the draft's .json beside its "
+                         ".safetensors") from None
+    if not isinstance(meta, dict) or not isinstance(meta.get("training", {}), dict):
+        raise UsageError(f"--init-json {path} holds a JSON {type(meta).__name__}, not a draft record (an object with "
+                         "a 'training' object); pass the draft's .json beside its .safetensors")
+    return meta.get("training")
 
 
 def _layers(text: str | None) -> tuple[int, ...] | None | str:
@@ -289,20 +347,27 @@ def _run(a) -> None:
     elif a.cmd == "export":
         from .evaluate import run_export
 
-        init_meta = json.loads(a.init_json.read_text()).get("training") if a.init_json else None
+        init_meta = a.init_meta if a.init_json else None  # read and checked by _check
         print(json.dumps(run_export(a.out, k=a.k, step=a.step, curve_every=a.curve_every, n_sub=a.n_sub, init_meta=init_meta)))
     elif a.cmd == "resubset":
+        from ..drafters.eagle import DEFAULT_DRAFT_DIR
         from .subset import run_resubset
 
-        info = run_resubset(a.n_sub, a.heldout, a.k)
-        print(json.dumps({"subset": info["subset"], "heldout": info.get("training", {}).get(f"heldout_offline_alpha_k{a.k}")}))
+        dest = a.dest or DEFAULT_DRAFT_DIR
+        backup = a.out / f"resubset-backup-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+        info = run_resubset(a.n_sub, a.heldout, a.k, dest, src=DEFAULT_DRAFT_DIR, force=a.force, backup=backup)
+        print(json.dumps({"subset": info["subset"], "dest": str(dest), "backup": info["backup"],
+                          "heldout": info.get("training", {}).get(f"heldout_offline_alpha_k{a.k}")}))
     elif a.cmd == "answers":
-        from ..drafters.suffix import DEFAULT_CORPUS
         from .answers import run_answers
 
-        meta = run_answers(a.file or DEFAULT_CORPUS, a.n_code, a.n_math, a.batch, a.max_new, a.seed,
-                           max_batches=a.max_batches)
+        meta = run_answers(a.file, a.n_code, a.n_math, a.batch, a.max_new, a.seed, max_batches=a.max_batches,
+                           force=a.force)  # a.file: set and checked by _check
         print(json.dumps(dict(meta, seconds=round(time.time() - t0, 1))))
+    elif a.cmd == "mix":
+        from .mixture import run_mix
+
+        print(json.dumps(run_mix(a.out, a.seed, a.shards, a.shard_size, a.batch, a.max_new, fast=a.fast)))
     elif a.cmd == "export-vllm":
         from ..models import load_default_target
         from .export_vllm import ARCH, default_export_dir, export_vllm

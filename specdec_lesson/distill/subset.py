@@ -8,13 +8,18 @@ the head's cost grows with N; ``resubset`` ships the subset it chose:
 * ``answer_subset``: the N most frequent reply tokens of the target's shipped answers to *training* prompts
   (``drafters.suffix.ANSWER_FILES``), end-of-sequence always in, ties to the lowest id;
 * ``with_subset``: the same trained draft with its head over a given ``d2t``;
-* ``run_resubset``: the shipped draft re-headed and written back in place (each file renamed into place when
-  complete), its record saying which subset it carries and, given a held-out set, the offline acceptance with it.
+* ``run_resubset``: a draft re-headed and written to a folder (each file renamed into place when complete), its
+  record saying which subset it carries and, given a held-out set, the offline acceptance with it.  Rewriting the
+  shipped draft needs ``force`` (``--force``), and the files it replaces are copied to a backup folder first
+  (``backup``; the command line keeps them under ``--out``).  A held-out acceptance in the old record was measured
+  with the old head: unless it is measured again (``--heldout``) it moves to ``subset.replaced_head_heldout``, so
+  the record never claims it for the new head.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import torch
@@ -23,7 +28,7 @@ from .evaluate import _load_weights, _publish, offline_alpha
 from .teacher import load_file
 from .train import choose_subset
 
-__all__ = ["SUBSET_SOURCE", "answer_subset", "with_subset", "run_resubset"]
+__all__ = ["SUBSET_SOURCE", "answer_subset", "with_subset", "run_resubset", "check_resubset_dest"]
 
 SUBSET_SOURCE = "the N most frequent reply tokens of the target's shipped answers to training prompts (drafters.suffix)"
 
@@ -51,19 +56,50 @@ def with_subset(draft, target, d2t: torch.Tensor):
     return model.eval()
 
 
-def run_resubset(n_sub: int, held_path: Path | None = None, k: int = 4, dest: Path | None = None) -> dict:
-    """Re-head the draft in ``dest`` (default: the shipped one) over ``answer_subset(n_sub)`` and write it back.
+def _draft_files(folder: Path) -> list[Path]:
+    from ..drafters.eagle import DEFAULT_DRAFT_NAME
+
+    return sorted(p for p in Path(folder).glob(f"{DEFAULT_DRAFT_NAME}*") if p.is_file())
+
+
+def check_resubset_dest(src: Path, dest: Path, force: bool = False) -> None:
+    """One UsageError naming the fix, before any model is loaded, unless ``dest`` may be written: rewriting the
+    shipped draft folder, or replacing a draft already in another folder, needs ``force``."""
+    from ..cli_args import UsageError, same_file
+    from ..drafters.eagle import DEFAULT_DRAFT_DIR, DEFAULT_DRAFT_NAME
+
+    if not (Path(src) / f"{DEFAULT_DRAFT_NAME}.json").is_file():
+        raise UsageError(f"no draft {DEFAULT_DRAFT_NAME}.json in {src} to re-head")
+    if force:
+        return
+    if same_file(dest, DEFAULT_DRAFT_DIR):
+        raise UsageError(f"resubset would rewrite the shipped draft in {dest}: add --force to do so (the replaced files "
+                         "are copied to a backup folder under --out first), or write the re-headed draft to another "
+                         "folder with --dest DIR")
+    if not same_file(dest, src) and _draft_files(dest):
+        raise UsageError(f"--dest {dest} already holds a draft ({_draft_files(dest)[0].name}): add --force to replace "
+                         "it, or choose another --dest")
+
+
+def run_resubset(n_sub: int, held_path: Path | None = None, k: int = 4, dest: Path | None = None, *,
+                 src: Path | None = None, force: bool = False, backup: Path | None = None) -> dict:
+    """Re-head the draft in ``src`` (default: ``dest``, else the shipped one) over ``answer_subset(n_sub)`` and write
+    it to ``dest`` (default: ``src``, in place).  Rewriting the shipped draft needs ``force``
+    (``check_resubset_dest``); ``backup``, a new folder, receives a copy of the draft files ``dest`` held first.
 
     Its JSON keeps the training record; ``subset`` says where the N tokens came from and what they replaced, and
-    ``training.heldout_offline_alpha_k{k}`` is rescored on ``held_path`` (``distill heldout``) when given."""
+    ``training.heldout_offline_alpha_k{k}`` is rescored on ``held_path`` (``distill heldout``) when given; every
+    held-out acceptance not rescored (measured with the replaced head) moves to ``subset.replaced_head_heldout``."""
     from ..drafters.eagle import DEFAULT_DRAFT_DIR, DEFAULT_DRAFT_NAME, EagleDrafter, load_draft, save_draft
     from ..models import load_default_target
 
-    dest = dest or DEFAULT_DRAFT_DIR
-    meta = json.loads((dest / f"{DEFAULT_DRAFT_NAME}.json").read_text())
+    src = Path(src or dest or DEFAULT_DRAFT_DIR)
+    dest = Path(dest or src)
+    check_resubset_dest(src, dest, force)
+    meta = json.loads((src / f"{DEFAULT_DRAFT_NAME}.json").read_text())
     held = load_file(held_path, "the held-out set", "delete it and rerun distill heldout") if held_path else None
     target, tok = load_default_target(verbose=False)
-    old = load_draft(target, dest)
+    old = load_draft(target, src)
     V = target.config.vocab_size
     if n_sub > V:
         raise ValueError(f"--n-sub {n_sub} is larger than the target's vocabulary ({V})")
@@ -71,7 +107,21 @@ def run_resubset(n_sub: int, held_path: Path | None = None, k: int = 4, dest: Pa
     info = {k_: v for k_, v in meta.items() if k_ != "config"}
     info["subset"] = {"n": n_sub, "source": SUBSET_SOURCE, "replaced_n": len(old.d2t),
                       "chosen_by": "benchmarks/draft_vocab.py (acceptance per millisecond)"}
+    training = info.setdefault("training", {})
+    stale = {key: training.pop(key) for key in list(training) if key.startswith("heldout_offline_alpha_k")}
     if held is not None:
-        info.setdefault("training", {})[f"heldout_offline_alpha_k{k}"] = offline_alpha(EagleDrafter(model), held, k)
+        training[f"heldout_offline_alpha_k{k}"] = offline_alpha(EagleDrafter(model), held, k)
+        stale.pop(f"heldout_offline_alpha_k{k}", None)
+    if stale:
+        info["subset"]["replaced_head_heldout"] = dict(stale, note=(
+            f"measured with the replaced head of {len(old.d2t)} tokens, not with this one: rerun distill resubset "
+            "with --heldout to measure it"))
+    if backup is not None and _draft_files(dest):
+        Path(backup).mkdir(parents=True, exist_ok=False)  # a new folder: never over an earlier backup
+        for f in _draft_files(dest):
+            shutil.copy2(f, Path(backup) / f.name)
+        info_backup = str(backup)
+    else:
+        info_backup = None
     _publish(dest, lambda tmp: save_draft(model, tmp, DEFAULT_DRAFT_NAME, extra=info))
-    return info
+    return dict(info, backup=info_backup)

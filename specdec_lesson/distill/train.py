@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import time
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import torch.nn.functional as F
 
 from .teacher import _teacher, atomic_save, load_file, load_shards, shard_paths
 
-__all__ = ["run_train", "draft_loss", "choose_subset", "init_from_target"]
+__all__ = ["run_train", "draft_loss", "choose_subset", "init_from_target", "remove_stale_temps"]
 
 
 def choose_subset(rows: list[dict], n_sub: int, vocab: int, always: tuple[int, ...] = ()) -> torch.Tensor:
@@ -115,6 +116,32 @@ def _load_init(model, init: Path) -> None:
     model.load_state_dict({**state, "d2t": model.d2t})
 
 
+STALE_TEMP_S = 3600.0  # a temporary file this old is stale whatever its pid (pids are reused)
+
+
+def remove_stale_temps(*folders: Path) -> list[Path]:
+    """Remove the temporary files ``.<name>.tmp-<pid>`` (``teacher.atomic_save``) that a killed process left (SIGKILL
+    runs no ``finally``): those whose pid no longer runs, or older than an hour; a running process's stay."""
+    from ..model_cache import _pid_alive
+
+    removed = []
+    for folder in folders:
+        for p in Path(folder).glob(".*.tmp-*"):
+            pid = p.name.rsplit(".tmp-", 1)[1]
+            try:
+                old = time.time() - p.stat().st_mtime > STALE_TEMP_S
+            except OSError:  # removed meanwhile
+                continue
+            if not pid.isdigit() or int(pid) == os.getpid() or (_pid_alive(int(pid)) and not old):
+                continue
+            try:
+                p.unlink()
+                removed.append(p)
+            except OSError:
+                pass
+    return removed
+
+
 def _lr(step: int, total: int, lr: float, warmup: int) -> float:
     if step < warmup:
         return lr * (step + 1) / warmup
@@ -147,6 +174,7 @@ def run_train(out: Path, total_steps: int, budget: int = 3072, lr: float = 6e-4,
               decay: float = 0.8, init: Path | None = None, aux_layers: tuple[int, ...] | None = None,
               bf16: bool = False) -> dict:
     """Train (or resume) the draft on ``out/data``; checkpoint to ``out/ckpt.pt``; returns the checkpoint dict.
+    A killed run's temporary checkpoint files are removed at the start (``remove_stale_temps``).
     ``stop_after`` ends the call early (as an interruption would) without changing the schedule.  ``reload``
     appends shards that appeared since (a gen still running) at each epoch start; a resume is then exact only
     if no shard appeared meanwhile.  ``arch`` is ``"eagle"`` (last hidden state in, feature regression) or
@@ -164,6 +192,7 @@ def run_train(out: Path, total_steps: int, budget: int = 3072, lr: float = 6e-4,
     if not shard_paths(out):  # before loading the target
         raise ValueError(f"no teacher data under {out / 'data'} (no shard_*.pt); run the gen (or corpus) command with "
                          "the same --out first")
+    remove_stale_temps(out, out / "ckpts")  # a killed run's half-written checkpoints
     ckpt_path = out / "ckpt.pt"
     made = {"fast": bool(fast), "n_sub": n_sub, "budget": budget, "lr": lr, "unroll": unroll, "seed": seed,
             "prompt_weight": prompt_weight}

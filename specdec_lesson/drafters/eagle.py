@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..sampling import SamplingConfig, as_float, sample_from_probs
+from ..sampling import SamplingConfig, as_float, check_logits, sample_from_probs
 from .base import Drafter
 
 __all__ = ["EagleConfig", "EagleDraft", "EagleDrafter", "load_default_draft", "DEFAULT_DRAFT_DIR"]
@@ -217,6 +217,7 @@ class EagleDrafter(Drafter):
     def _law(self, g: torch.Tensor, sampling: SamplingConfig) -> tuple[torch.Tensor, torch.Tensor | None]:
         sub = as_float(self.model.out_features(g) @ self.head.T)  # [B, N'] in fp32 (fp64 for fp64): a law to fp32 rounding
         if sampling.greedy:
+            check_logits(sub)  # NaN logits raise (argmax would pick garbage)
             return self.d2t[sub.argmax(-1)], None  # one-hot q on the full-vocabulary argmax
         full = sub.new_full((g.shape[0], self.V), float("-inf")).index_copy_(1, self.d2t, sub)  # [B, V]
         return None, sampling.probs(full)  # [B, V] fp32 / fp64; zero outside the subset

@@ -23,5 +23,5 @@ def load_default_pair(device: str = "cpu", *, fast: bool = True, verbose: bool =
     if fast and tune and str(device).startswith("cpu"):
         from ..profiling import tune_dispatch
 
-        target.dispatch_profile = tune_dispatch(target, repeats=3)
+        target.dispatch_profile = tune_dispatch(target, repeats=3, verbose=verbose)
     return ModelPair(target, load_default_draft(target), tok)

@@ -32,7 +32,7 @@ __all__ = ["SuffixIndex", "CorpusLookupDrafter", "load_answer_corpus", "default_
            "ANSWER_FILES", "ANSWERS_FORMAT", "KINDS"]
 
 ANSWERS_FORMAT = 1
-KINDS = ("code", "math")
+KINDS = ("code", "math", "chat", "magpie")  # append only: files store the index (chat, magpie: distill.mixture)
 DEFAULT_CORPUS = Path(__file__).resolve().parents[1] / "data" / "answers_smollm2.npz"
 # every shipped answer file of the default target: DEFAULT_CORPUS (seed 2) and a larger one (seed 3; teacher data too)
 ANSWER_FILES = (DEFAULT_CORPUS, DEFAULT_CORPUS.with_name("answers_smollm2_more.npz"))
@@ -116,7 +116,7 @@ class CorpusLookupDrafter(PromptLookupDrafter):
 
 def load_answer_corpus(path: str | Path | None = None) -> tuple[list[dict], dict]:
     """``(rows, meta)`` of an answer file written by ``python -m specdec_lesson.distill answers`` (default: the shipped
-    ``DEFAULT_CORPUS``): per answer ``{"tokens": list[int], "n_prompt": int, "kind": "code" | "math"}``, and the
+    ``DEFAULT_CORPUS``): per answer ``{"tokens": list[int], "n_prompt": int, "kind": one of KINDS}``, and the
     settings that made it.  One ValueError naming the file and the fix if it is missing, damaged or inconsistent."""
     path = Path(path) if path is not None else DEFAULT_CORPUS
     fix = "remake it with python -m specdec_lesson.distill answers"

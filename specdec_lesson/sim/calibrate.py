@@ -26,9 +26,17 @@ from pathlib import Path
 
 from ..stats import SpecStats
 from ..theory import expected_tokens
+from ..validate import as_int, as_prob, as_real
 
 __all__ = ["Profile", "profile_from_stats", "predict_speedup", "measure_profile", "save_calibration", "load_calibration",
            "default_calibration_path", "tune_k"]
+
+
+def _width(n) -> int:
+    """A verify-curve key: a token count n >= 1 (JSON files store it as a string, "4")."""
+    if isinstance(n, str) and n.strip().isdigit() or isinstance(n, float) and n.is_integer():
+        n = int(n)
+    return as_int(n, "a verify_curve key (tokens per forward)", lo=1)
 
 
 @dataclass
@@ -41,14 +49,14 @@ class Profile:
     notes: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        curve = {int(n): float(t) for n, t in dict(self.verify_curve).items()}
-        if 1 not in curve or any(t <= 0 for t in curve.values()):
+        curve = {_width(n): as_real(t, f"verify_curve[{n!r}]", lo=0.0, lo_open=True) for n, t in dict(self.verify_curve).items()}
+        if 1 not in curve:
             raise ValueError(f"verify_curve needs T(1) and positive times, got {self.verify_curve!r}")
         self.verify_curve = dict(sorted(curve.items()))
-        if not (0.0 <= self.alpha <= 1.0):
-            raise ValueError(f"alpha must lie in [0, 1], got {self.alpha!r}")
-        if self.t_draft < 0 or self.overhead < 0:
-            raise ValueError(f"t_draft and overhead must be >= 0, got {self.t_draft!r}, {self.overhead!r}")
+        self.alpha = as_prob(self.alpha, "alpha")
+        self.t_draft, self.overhead = as_real(self.t_draft, "t_draft", lo=0.0), as_real(self.overhead, "overhead", lo=0.0)
+        if self.t_baseline is not None:
+            self.t_baseline = as_real(self.t_baseline, "t_baseline", lo=0.0, lo_open=True)
 
     def T(self, n: int) -> float:
         """T(n), linearly interpolated between measured n (and extrapolated from the last two beyond)."""
@@ -89,7 +97,10 @@ def predict_speedup(profile: Profile, k: int, alpha: float | None = None, tokens
     the mean accepted length + 1 (tau) of the run's acceptance histogram, which keeps the
     correlation between positions (a draft that is right tends to stay right) that the
     i.i.d. closed form ignores."""
-    a = profile.alpha if alpha is None else alpha
+    k = as_int(k, "k", lo=1)
+    a = profile.alpha if alpha is None else as_prob(alpha, "alpha")
+    if tokens_per_step is not None:
+        tokens_per_step = as_real(tokens_per_step, "tokens_per_step", lo=1.0)
     base = profile.t_baseline if profile.t_baseline is not None else profile.T(1)
     e = expected_tokens(a, k) if tokens_per_step is None else float(tokens_per_step)
     return e * base / (k * profile.t_draft + profile.T(k + 1) + profile.overhead)

@@ -20,13 +20,13 @@ are exactly the arguments of :func:`specdec_lesson.theory.speedup`.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 
 from ..theory import best_k, expected_tokens, speedup
+from ..validate import as_int, as_prob, as_real
 from .presets import Hardware, ModelSpec, get_hardware, get_model
 
 __all__ = [
@@ -55,6 +55,13 @@ class ForwardCost:
         return "memory" if self.memory_s >= self.compute_s else "compute"
 
 
+def _whole(value, name: str, lo: int) -> int:
+    """A count: an integer (a float with an integer value, such as 1024.0 from arithmetic, is accepted)."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return as_int(value, name, lo=lo)
+
+
 def _kv_bytes(precision: str, kv_bytes: float | None) -> float:
     return kv_bytes if kv_bytes is not None else (4.0 if precision == "fp32" else 2.0)
 
@@ -64,9 +71,10 @@ def forward_cost(hardware: str | Hardware, model: str | ModelSpec, precision: st
     """Roofline time of one forward over ``n_tokens`` new tokens per row (a decode step is n = 1,
     verifying K drafts is n = K + 1).  See the module docstring for the formulas."""
     hw, m = get_hardware(hardware), get_model(model)
-    for name, v, lo in (("n_tokens", n_tokens, 1), ("batch", batch, 1), ("context", context, 0), ("n_devices", n_devices, 1)):
-        if isinstance(v, bool) or int(v) != v or v < lo:
-            raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
+    n_tokens, batch, context, n_devices = (_whole(v, name, lo) for name, v, lo in (
+        ("n_tokens", n_tokens, 1), ("batch", batch, 1), ("context", context, 0), ("n_devices", n_devices, 1)))
+    if kv_bytes is not None:
+        kv_bytes = as_real(kv_bytes, "kv_bytes", lo=0.0, lo_open=True)
     if n_devices > hw.max_devices or (n_devices > 1 and hw.link_bandwidth <= 0):
         most = hw.max_devices if hw.link_bandwidth > 0 else 1
         raise ValueError(f"{hw.name} supports at most {most} device(s), got n_devices={n_devices}")
@@ -146,6 +154,7 @@ def spec_timing(hardware: str | Hardware, target: str | ModelSpec, draft: str | 
                 draft_devices: int | None = None, draft_precision: str | None = None) -> SpecTiming:
     """Roofline times of a chain step with ``k`` drafts.  The draft runs on ``draft_devices`` GPUs
     (default: as many as the target, vLLM's default)."""
+    k, alpha = as_int(k, "k", lo=1), as_prob(alpha, "alpha")
     dp = draft_precision or precision
     draft_devices = n_devices if draft_devices is None else draft_devices
     t1 = forward_cost(hardware, target, precision, 1, batch, context, n_devices)
@@ -160,6 +169,7 @@ def speedup_curve(hardware: str | Hardware, target: str | ModelSpec, draft: str 
                   k_max: int = 16, **kw) -> tuple[list[float], int]:
     """S(K) for K = 1..k_max and the best K (via :func:`specdec_lesson.theory.best_k` with the roofline
     verify curve)."""
+    alpha, k_max = as_prob(alpha, "alpha"), as_int(k_max, "k_max", lo=1)
     timings = [spec_timing(hardware, target, draft, k, alpha, **kw) for k in range(1, k_max + 1)]
     shared = {name: kw[name] for name in ("precision", "batch", "context", "n_devices") if name in kw}
     ratio = verify_ratio(hardware, target, **shared)
@@ -180,10 +190,12 @@ def verify_ratio(hardware: str | Hardware, target: str | ModelSpec, precision: s
 
 
 # ----------------------------------------------------------------------------------------------- trees
-def _check_depth_probs(accept_by_depth: Sequence[float]) -> list[float]:
-    a = [float(x) for x in accept_by_depth]
-    if not a or any(not (0.0 <= x <= 1.0) or math.isnan(x) for x in a):
-        raise ValueError(f"accept_by_depth must be a non-empty sequence of probabilities in [0, 1], got {accept_by_depth!r}")
+def _check_depth_probs(accept_by_depth: Sequence[float], name: str = "accept_by_depth") -> list[float]:
+    if isinstance(accept_by_depth, (str, bytes)) or not hasattr(accept_by_depth, "__iter__"):
+        raise ValueError(f"{name} must be a non-empty sequence of probabilities in [0, 1], got {accept_by_depth!r}")
+    a = [as_prob(x, f"{name}[{i}]") for i, x in enumerate(accept_by_depth)]
+    if not a:
+        raise ValueError(f"{name} must be a non-empty sequence of probabilities in [0, 1], got {accept_by_depth!r}")
     return a
 
 
@@ -203,12 +215,12 @@ def tree_speedup(accept_by_depth: Sequence[float], n_nodes: int, c: float,
     """S = E[tokens] / (draft_passes * c + T(n_nodes + 1) / T(1)); by default one draft pass per depth
     level (a level's siblings go through the draft together)."""
     depth = len(_check_depth_probs(accept_by_depth))
+    n_nodes, c = as_int(n_nodes, "n_nodes", lo=1), as_real(c, "c", lo=0.0)
     if n_nodes < depth:
         raise ValueError(f"a tree of depth {depth} has at least {depth} nodes, got n_nodes={n_nodes}")
-    passes = depth if draft_passes is None else draft_passes
-    r = verify_ratio(n_nodes + 1) if callable(verify_ratio) else float(verify_ratio)
-    if c < 0 or r <= 0:
-        raise ValueError(f"c must be >= 0 and the verify ratio > 0, got c={c!r}, ratio={r!r}")
+    passes = depth if draft_passes is None else as_int(draft_passes, "draft_passes", lo=0)
+    name = f"verify_ratio({n_nodes + 1})" if callable(verify_ratio) else "verify_ratio"
+    r = as_real(verify_ratio(n_nodes + 1) if callable(verify_ratio) else verify_ratio, name, lo=0.0, lo_open=True)
     return tree_expected_tokens(accept_by_depth) / (passes * c + r)
 
 
@@ -262,13 +274,19 @@ def simulate_generation(alpha: float | Sequence[float], k: int, n_steps: int, t_
     """Seeded Monte Carlo of ``n_steps`` chain steps: draft i is accepted with probability alpha (or
     ``alpha[i]`` per depth, conditional on its prefix), independently (Leviathan et al.'s i.i.d. model);
     a step emits the accepted prefix plus one token.  Pass ``generator`` or ``seed`` (never both)."""
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1 or n_steps < 1:
-        raise ValueError(f"k and n_steps must be integers >= 1, got k={k!r}, n_steps={n_steps!r}")
-    a = [float(alpha)] * k if isinstance(alpha, (int, float)) else _check_depth_probs(alpha)
-    if len(a) != k or any(not (0.0 <= x <= 1.0) for x in a):
+    k, n_steps = as_int(k, "k", lo=1), as_int(n_steps, "n_steps", lo=1)
+    many = hasattr(alpha, "__len__") and not isinstance(alpha, (str, bytes)) and getattr(alpha, "ndim", 1) != 0
+    a = _check_depth_probs(alpha, "alpha") if many else [as_prob(alpha, "alpha")] * k
+    if len(a) != k:
         raise ValueError(f"alpha must be a probability or a sequence of {k} probabilities, got {alpha!r}")
+    t_draft, t_overhead = as_real(t_draft, "t_draft", lo=0.0), as_real(t_overhead, "t_overhead", lo=0.0)
+    t_verify = as_real(t_verify, "t_verify", lo=0.0, lo_open=True)
+    if t_baseline is not None:
+        t_baseline = as_real(t_baseline, "t_baseline", lo=0.0, lo_open=True)
     if generator is not None and seed not in (None, 0):
         raise ValueError("pass either generator or seed, not both")
+    if seed is not None:
+        seed = as_int(seed, "seed", lo=0)
     gen = generator if generator is not None else torch.Generator().manual_seed(int(seed or 0))
     u = torch.rand(n_steps, k, generator=gen, dtype=torch.float64)  # [S, K]
     ok = u < torch.tensor(a, dtype=torch.float64)  # [S, K]

@@ -6,14 +6,14 @@ import torch
 
 from ..drafters import ModelDrafter
 from ..drafters.base import hidden_request
-from ..generation import Clock, Outputs, check_run, eos_of, prepare_inputs
+from ..generation import Clock, Outputs, blame, check_run, eos_of, prepare_inputs
 from ..kvcache import SlotCache
 from ..models import check_same_vocab
-from ..sampling import SamplingConfig, as_float
+from ..sampling import SamplingConfig, as_float, check_logits
 from ..stats import SpecStats
 from .hybrid import HybridTree, HybridTreeDrafter
 from .structure import DynamicTree, StaticTree, build_tree
-from .verify import verify_tree, verify_tree_greedy
+from .verify import RULES, verify_tree, verify_tree_greedy
 
 __all__ = ["tree_generate"]
 
@@ -51,6 +51,8 @@ def tree_generate(
     ``use_kernels``: KV compaction by the Triton kernel (default: on when CUDA and triton are present)."""
     if not isinstance(tree, (StaticTree, DynamicTree, HybridTree)):
         raise ValueError(f"tree must be a StaticTree, a DynamicTree or a HybridTree, got {type(tree).__name__}")
+    if rule is not None and (not isinstance(rule, str) or rule not in RULES):
+        raise ValueError(f"rule must be None (the tree's own sibling rule) or one of {RULES}, got {rule!r}")
     sampling = SamplingConfig(temperature, top_k, top_p)
     device = next(target.parameters()).device
     ids, mask = prepare_inputs(input_ids, attention_mask, device)
@@ -80,12 +82,15 @@ def tree_generate(
     drafter.begin(ids, mask, hidden)
     pending = int(ids[0, -1])
     stats.time_prefill = clock() - t0
+    step = 0
     while not out.all_done:
         t1 = clock()
-        if isinstance(tree, HybridTree):
-            tr = drafter.build(tree, pending, sampling, generator)
-        else:
-            tr = build_tree(tree, pending, drafter.tree_expand, sampling, generator)
+        step += 1
+        with blame("draft", step):  # NaN draft logits raise, naming the draft
+            if isinstance(tree, HybridTree):
+                tr = drafter.build(tree, pending, sampling, generator)
+            else:
+                tr = build_tree(tree, pending, drafter.tree_expand, sampling, generator)
         t2 = clock()
         since, root_pos = state.num_slots, int(state.lengths[0])
         tokens = torch.tensor([tr.tokens], dtype=torch.long, device=device)  # [1, N]
@@ -93,9 +98,10 @@ def tree_generate(
                                        output_hidden=need_hidden)  # [1, N, V]
         stats.target_forwards += 1
         if sampling.greedy:
+            check_logits(logits[0], "target", step)  # NaN logits raise (argmax would pick token 0)
             path, nxt = verify_tree_greedy(tr, logits[0].argmax(-1).tolist())
         else:
-            path, nxt = verify_tree(tr, sampling.probs(as_float(logits[0])), generator, rule)  # [N, V] laws
+            path, nxt = verify_tree(tr, sampling.probs(as_float(logits[0]), "target", step), generator, rule)  # [N, V] laws
         t3 = clock()
         emitted = out.emit(0, tr.path_tokens(path[-1]) + [nxt] if path else [nxt])
         end = path[-1] if path else 0  # a path ending at a leaf saw no rejection (its bonus token is drawn from p)

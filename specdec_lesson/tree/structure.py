@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..sampling import SamplingConfig, as_float
+from ..sampling import SamplingConfig, as_float, check_logits
 
 __all__ = ["TokenTree", "StaticTree", "DynamicTree", "build_tree", "tree_mask", "Expand"]
 
@@ -216,8 +216,10 @@ def _build_static(spec: StaticTree, root: int, expand: Expand, sampling: Samplin
     frontier = [0]
     for b in spec.branching:
         logits = as_float(expand(tree, frontier))  # [F, V]
-        if not sampling.greedy:
-            q = sampling.probs(logits)  # [F, V] the draft's sampling law at each frontier node
+        if sampling.greedy:
+            check_logits(logits)  # NaN logits raise (top-k would pick garbage)
+        else:
+            q = sampling.probs(logits)  # [F, V] the draft's sampling law at each frontier node (NaN logits raise)
             tree.draft_probs.update({v: q[i] for i, v in enumerate(frontier)})
         if iid:
             toks = torch.multinomial(q, b, replacement=True, generator=generator)  # [F, b] i.i.d. from q
@@ -231,7 +233,9 @@ def _build_dynamic(spec: DynamicTree, root: int, expand: Expand) -> TokenTree:
     tree = TokenTree(root, "distinct")
     frontier = [0]
     for _ in range(spec.depth):
-        logq = torch.log_softmax(as_float(expand(tree, frontier)).double(), dim=-1)  # [F, V]
+        logits = as_float(expand(tree, frontier))  # [F, V]
+        check_logits(logits)  # NaN logits raise
+        logq = torch.log_softmax(logits.double(), dim=-1)  # [F, V]
         top = logq.topk(min(spec.topk, logq.shape[-1]), dim=-1)  # [F, topk]
         new = []
         for v, toks, lps in zip(frontier, top.indices.tolist(), top.values.tolist()):
