@@ -1,0 +1,246 @@
+"""The draft's training mixture: the target's own answers to prompts of many styles (``python -m specdec_lesson.distill mix``).
+
+Each shard ``mix_<seed>_<nnn>.npz`` holds ``shard_size`` answers (prompt and reply token ids, like ``distill answers``'
+files, so ``drafters.suffix.load_answer_corpus`` and ``distill features --answers`` read it) to a mixture of:
+
+* ``chat``: templated chat requests (``distill.chat_prompts``: topics crossed with task templates), 45%;
+* ``magpie``: questions the target writes itself after its chat template's user-turn prefix (``distill.magpie``),
+  sampled at the start of the shard, filtered, deduplicated against earlier shards of the seed and against every
+  held-out evaluation prompt, near-duplicates included (``distill.overlap``), 25% (a shortfall is filled with
+  more templated chat requests);
+* ``code``: HumanEval 0..81 and standard-library functions (``distill.data.training_prompts``), 18%;
+* ``math``: word problems of ``distill.data``'s own templates, 12%.
+
+The target answers greedily, and one answer in ``SAMPLE_EVERY`` (3) at T = 0.7, in batches of prompts of similar
+length (left padding, ``teacher.generate_teacher``), at most ``max_new`` tokens each.  Everything is a function of
+the seed and the shard index (prompt slices, the sampled rows, one ``torch.Generator`` per batch), so a rerun of the
+same command makes the same shards (bit for bit on the same machine and thread count; elsewhere the float rounding
+of the matrix products may differ, and with it an occasional near-tie token).  Finished shards are skipped (resume)
+and never overwritten: a shard made with other settings stops the run before the model loads, naming it.  Shards
+are written atomically (``answers._save``: a temporary file, fsync, rename).  Besides the answers' arrays a shard
+stores ``temperature`` (float32 per answer) and in its meta the settings, the counts and the Magpie questions (their
+text, for the disjointness test).  ``--fast`` runs the same code on a tiny random model with a byte-level stand-in
+tokenizer.  The shards of seed 0 under ``specdec_lesson/data/mixture`` were made on the 2-core CPU, at low priority
+beside other work, with::
+
+    nice -n 19 python -m specdec_lesson.distill mix --seed 0 --shards 30 --shard-size 384 --batch 64 --max-new 192 --threads 2
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..drafters.suffix import ANSWERS_FORMAT, load_answer_corpus
+from .answers import _save
+from .chat_prompts import templated_chat_prompts
+from .data import MATH_TEMPLATE, chat_text, humaneval_train_prompts, math_train_questions, training_prompts
+from .magpie import MAGPIE_SETTINGS, clean_question, sample_user_turns, user_turn_prefix
+from .overlap import NearDuplicateIndex, content, heldout_texts
+from .teacher import generate_teacher
+
+__all__ = ["DEFAULT_DIR", "MIX_FORMAT", "SHARES", "SAMPLE_EVERY", "SAMPLED_T", "shard_path", "mixture_files",
+           "shard_counts", "run_mix"]
+
+MIX_FORMAT = 1
+DEFAULT_DIR = Path(__file__).resolve().parents[1] / "data" / "mixture"
+SHARES = {"chat": 0.45, "magpie": 0.25, "code": 0.18, "math": 0.12}
+SAMPLE_EVERY, SAMPLED_T = 3, 0.7
+_POOL_OFFSET = 10_000  # code / math pools use seed + this: another code order, other math than gen / answers seeds
+
+
+def shard_path(out: Path, seed: int, i: int) -> Path:
+    return out / f"mix_{seed}_{i:03d}.npz"
+
+
+def mixture_files(out: Path = DEFAULT_DIR) -> list[Path]:
+    """Every finished mixture shard under ``out`` (all seeds), sorted."""
+    return sorted(out.glob("mix_*_*.npz"))
+
+
+def shard_counts(shard_size: int) -> dict[str, int]:
+    """Answers of each kind in a shard of ``shard_size``: ``SHARES`` rounded by largest remainder."""
+    raw = {k: shard_size * s for k, s in SHARES.items()}
+    counts = {k: int(v) for k, v in raw.items()}
+    for k in sorted(raw, key=lambda k: counts[k] - raw[k])[: shard_size - sum(counts.values())]:
+        counts[k] += 1
+    return counts
+
+
+def _seed_of(*parts) -> int:
+    """A 63-bit seed from the parts (stable across runs and machines, unlike ``hash``)."""
+    return int.from_bytes(hashlib.sha256(repr(parts).encode()).digest()[:8], "little") >> 1
+
+
+class _ByteTokenizer:
+    """``--fast``'s stand-in tokenizer for the tiny random target (vocabulary 96): bytes folded onto ids 3..95,
+    prompts cut to their last 48 tokens, id 2 the end of turn."""
+
+    vocab_size, eos_token_id, pad_token_id, chat_template = 96, 2, 2, "tiny"
+
+    def apply_chat_template(self, messages, add_generation_prompt=False, tokenize=False) -> str:
+        return "".join(f"<{m['role']}>{m['content']}</>" for m in messages) + ("<assistant>" if add_generation_prompt else "")
+
+    def __call__(self, text: str, add_special_tokens: bool = False) -> dict:
+        return {"input_ids": [3 + b % 93 for b in text.encode()][-48:]}
+
+    def decode(self, ids, skip_special_tokens: bool = False) -> str:
+        return "".join(chr(32 + (int(i) - 3) % 93) for i in ids if int(i) >= 3)
+
+
+def _pools(seed: int, fast: bool) -> dict[str, list[str]]:
+    """The seed's ordered prompt lists: templated chat, code (wrapped), math questions come per shard."""
+    if fast:  # HumanEval only: parsing the standard library takes seconds
+        from .data import CODE_TEMPLATE
+
+        code = [CODE_TEMPLATE.format(prompt=p) for p in humaneval_train_prompts()]
+    else:
+        code = [t for _, t in training_prompts(100_000, 0, seed + _POOL_OFFSET)]
+    return {"chat": [t for _, t in templated_chat_prompts(seed)], "code": code}
+
+
+def _take(pool: list[str], start: int, n: int) -> list[str]:
+    return [pool[(start + j) % len(pool)] for j in range(n)]
+
+
+def _magpie(model, tok, n: int, batch: int, gen: torch.Generator, seen: NearDuplicateIndex,
+            heldout: NearDuplicateIndex) -> tuple[list[str], int]:
+    """Up to ``n`` new clean questions (at most 4 candidates per wanted one); returns them and the candidates drawn."""
+    prefix = tok(user_turn_prefix(tok), add_special_tokens=False)["input_ids"]
+    got: list[str] = []
+    drawn = 0
+    while len(got) < n and drawn < 4 * n:
+        for ids, ended in sample_user_turns(model, prefix, batch, MAGPIE_SETTINGS["max_new"], gen, tok.eos_token_id,
+                                            MAGPIE_SETTINGS["temperature"], MAGPIE_SETTINGS["top_p"]):
+            q = clean_question(tok.decode(ids, skip_special_tokens=False), ended)
+            if q is not None and len(got) < n and seen.match(q) is None and heldout.match(q) is None:
+                seen.add(q)
+                got.append(q)
+        drawn += batch
+    return got, drawn
+
+
+def _shard_items(seed: int, i: int, pools: dict, counts: dict[str, int], questions: list[str]) -> list[tuple[str, str]]:
+    """Shard ``i``'s (kind, user text): its slices of the seed's pools, and the Magpie ``questions``."""
+    n_chat = counts["chat"] + counts["magpie"]  # the chat slice is sized for a Magpie shortfall
+    chat = _take(pools["chat"], i * n_chat, n_chat)
+    items = [("chat", t) for t in chat[: n_chat - len(questions)]] + [("magpie", q) for q in questions]
+    items += [("code", t) for t in _take(pools["code"], i * counts["code"], counts["code"])]
+    math = math_train_questions((i + 1) * counts["math"], seed + _POOL_OFFSET)[i * counts["math"]:]
+    return items + [("math", MATH_TEMPLATE.format(question=q)) for q in math]
+
+
+def _answer(model, tok, items: list[tuple[str, str]], seed: int, i: int, batch: int, max_new: int, bar) -> list[dict]:
+    """The target's answers to ``items``: one in ``SAMPLE_EVERY`` (a seeded choice) at ``SAMPLED_T``, the others greedy;
+    each temperature's prompts in batches of similar length, one generator per batch."""
+    order = list(range(len(items)))
+    np.random.default_rng(_seed_of("order", seed, i)).shuffle(order)
+    temps = {j: SAMPLED_T if r % SAMPLE_EVERY == SAMPLE_EVERY - 1 else 0.0 for r, j in enumerate(order)}
+    ids = [tok(chat_text(tok, t), add_special_tokens=False)["input_ids"] for _, t in items]
+    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    rows: list[dict] = []
+    for temp in (0.0, SAMPLED_T):
+        group = sorted((j for j in range(len(items)) if temps[j] == temp), key=lambda j: (len(ids[j]), j))
+        for b in range(0, len(group), batch):
+            chunk = group[b:b + batch]
+            g = torch.Generator().manual_seed(_seed_of("answers", seed, i, temp, b))
+            with torch.inference_mode():
+                made = generate_teacher(model, [ids[j] for j in chunk], max_new, temp, g, tok.eos_token_id, pad)
+            rows += [{"tokens": r["tokens"].tolist(), "n_prompt": r["n_prompt"], "kind": items[j][0], "temperature": temp}
+                     for r, j in zip(made, chunk)]
+            bar.update(len(chunk))
+    return rows
+
+
+def _settings(seed, shard_size, batch, max_new, name) -> dict:
+    return {"format": ANSWERS_FORMAT, "mixture": MIX_FORMAT, "seed": seed, "shard_size": shard_size, "batch": batch,
+            "max_new": max_new, "shares": SHARES, "sample_every": SAMPLE_EVERY, "sampled_temperature": SAMPLED_T,
+            "magpie": MAGPIE_SETTINGS, "model": name}
+
+
+def _check_existing(out: Path, seed: int, shards: int, settings: dict) -> list[dict]:
+    """The metas of the seed's finished shards among the first ``shards``; ValueError naming one made otherwise."""
+    metas = []
+    for i in range(shards):
+        path = shard_path(out, seed, i)
+        if not path.exists():
+            continue
+        meta = load_answer_corpus(path)[1]
+        diff = sorted(k for k in settings if meta.get(k) != settings[k])
+        if diff:
+            got = ", ".join(f"{k}={meta.get(k)!r} (now {settings[k]!r})" for k in diff)
+            raise ValueError(f"shard {path} was made with other settings ({got}); it is never overwritten: rerun with "
+                             f"those settings to resume, or use another --out or --seed")
+        metas.append(meta)
+    return metas
+
+
+def run_mix(out: Path, seed: int, shards: int, shard_size: int = 256, batch: int = 32, max_new: int = 192,
+            fast: bool = False, progress: bool = True, model=None, tokenizer=None) -> dict:
+    """Write shards 0..``shards``-1 of ``seed`` under ``out`` that are missing; returns a summary (shards written and
+    skipped, positions, positions per second)."""
+    from tqdm import tqdm
+
+    name = "tiny random (--fast)" if fast else "a model passed in"
+    if model is None and not fast:
+        from ..models import DEFAULT_TARGET_NAME
+
+        name = DEFAULT_TARGET_NAME  # a name, never a path of this machine
+    settings = _settings(seed, shard_size, batch, max_new, name)
+    metas = _check_existing(out, seed, shards, settings)  # before the model loads
+    todo = [i for i in range(shards) if not shard_path(out, seed, i).exists()]
+    summary = {"shards_written": 0, "shards_skipped": shards - len(todo), "positions": 0, "reply_tokens": 0, "seconds": 0.0}
+    if not todo:
+        return summary
+    if model is None:
+        if fast:
+            from ..models import tiny_llama
+
+            model = tiny_llama(vocab_size=96, hidden_size=32, num_layers=2, seed=seed % 2**32, dtype=torch.float32)
+            tokenizer = _ByteTokenizer()
+        else:
+            from ..models import load_default_target
+
+            model, tokenizer = load_default_target(verbose=False, fast=True)  # pre-packed: batched rows run faster
+    if tokenizer.vocab_size > 65536:
+        raise ValueError(f"the tokenizer has {tokenizer.vocab_size} tokens; shards store ids as uint16 (< 65536)")
+    pools = _pools(seed, fast)
+    heldout = NearDuplicateIndex([content(t) for _, t in heldout_texts()])
+    counts = shard_counts(shard_size)
+    t_start = time.time()
+    bar = tqdm(total=len(todo) * shard_size, desc=f"mix seed {seed}", unit="ans", disable=not progress)
+    for i in todo:
+        t0 = time.time()
+        seen = NearDuplicateIndex([q for m in metas if m["shard"] < i for q in m["magpie_questions"]])
+        gen = torch.Generator().manual_seed(_seed_of("magpie", seed, i))
+        with torch.inference_mode():
+            questions, drawn = _magpie(model, tokenizer, counts["magpie"], batch, gen, seen, heldout)
+        items = _shard_items(seed, i, pools, counts, questions)
+        rows = _answer(model, tokenizer, items, seed, i, batch, max_new, bar)
+        positions = sum(len(r["tokens"]) for r in rows)
+        reply = sum(len(r["tokens"]) - r["n_prompt"] for r in rows)
+        seconds = time.time() - t0
+        meta = dict(settings, shard=i, answers=len(rows), tokens=positions, reply_tokens=reply,
+                    kinds={k: sum(r["kind"] == k for r in rows) for k in SHARES}, magpie_questions=questions,
+                    magpie_drawn=drawn, seconds=round(seconds, 1))
+        if shard_path(out, seed, i).exists():  # never replaced, even when another run wrote it meanwhile
+            raise ValueError(f"shard {shard_path(out, seed, i)} appeared while this run was making it: another run with "
+                             f"--seed {seed} writes to {out}; run one at a time, then rerun this command to resume")
+        _save(shard_path(out, seed, i), rows, meta, {"temperature": np.asarray([r["temperature"] for r in rows], np.float32)})
+        metas.append(meta)
+        summary["shards_written"] += 1
+        summary["positions"] += positions
+        summary["reply_tokens"] += reply
+        bar.set_postfix(pos_per_s=f"{summary['positions'] / (time.time() - t_start):.0f}")
+        bar.write(json.dumps({"shard": shard_path(out, seed, i).name, "answers": len(rows), "positions": positions,
+                              "reply_tokens": reply, "magpie": f"{len(questions)}/{drawn}", "seconds": round(seconds, 1),
+                              "positions_per_s": round(positions / seconds, 1)}))
+    bar.close()
+    summary["seconds"] = round(time.time() - t_start, 1)
+    summary["positions_per_s"] = round(summary["positions"] / max(summary["seconds"], 1e-9), 1)
+    return summary
