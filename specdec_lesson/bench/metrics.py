@@ -9,12 +9,17 @@ with ``--check-code``).
 
 Definitions (all stated in the results file and the notebook):
 
-* per prompt: ``wall_s`` is the median over repeats, ``tokens_per_s`` the median of the
-  per-repeat ``new_tokens / wall_s``, and ``speedup`` = that over the ``ar`` value of the same
-  prompt in the same run;
-* per task: ``tokens_per_s`` = total tokens / total time over the prompts (per-prompt medians),
-  ``speedup`` = that over ``ar``'s (a throughput ratio, as in Spec-Bench), and
-  ``speedup_median`` = the median of the per-prompt speedups;
+* pairing (``paired``): every throughput pairs a repeat's tokens with that repeat's own seconds, and every speedup
+  pairs a method's repeat with ``ar``'s run of the same prompt in the same repeat (at T > 0 the repeats are different
+  samples of different lengths: medians of seconds and of tokens taken separately would mix them);
+* per prompt: ``wall_s`` / ``new_tokens`` are medians over repeats (for reading only), ``tokens_per_s`` the median
+  of the per-repeat ``new_tokens / wall_s``, and ``speedup`` the median over repeats of the repeat's paired
+  throughput ratio over ``ar``;
+* per task: ``tokens_per_s`` is the median over repeats of the repeat's tokens / seconds summed over the prompts,
+  ``speedup`` the median over repeats of the repeat's paired throughput ratio over ``ar`` (``speedup_repeats`` lists
+  them), ``speedup_ci`` its two-level bootstrap interval (``paired.CI_METHOD``, nominal 95%; ``prompts`` and
+  ``repeats`` give its n), ``speedup_median`` the median of the per-prompt speedups and ``speedup_range`` their
+  [min, max]; ``wall_s`` and ``new_tokens`` are totals over every prompt and repeat;
 * ``alpha`` = accepted / (accepted + rejections), the per-token acceptance probability (Leviathan's
   alpha, ``SpecStats.alpha``); ``utilisation`` = accepted / proposed drafts (``SpecStats.utilisation``:
   lower, the drafts after a rejection are wasted); ``tau`` = emitted tokens / verify steps; all pooled
@@ -23,17 +28,24 @@ Definitions (all stated in the results file and the notebook):
   accepted in ``accept_hist`` (exact unless a step was cut by EOS / the budget or proposed != k drafts);
   ``target_forwards_per_token`` = target forwards / new tokens (prefill included);
 * ``accuracy``, ``equal_ar_rate`` and ``pass_at_1`` are fractions of the prompts (repeat 0);
-* spread: per prompt, ``tokens_per_s_range`` is [min, max] over repeats; per task, ``speedup_range`` is
-  [min, max] of the per-prompt speedups and ``speedup_ci`` a 95% bootstrap interval of the task speedup
-  (prompts resampled with replacement, each keeping its method and ``ar`` times together; 2000 resamples,
-  seed 0).
+* spread: per prompt, ``tokens_per_s_range`` is [min, max] over repeats; per file, ``repeat_spread``
+  (``paired.repeat_spread``) the run-to-run noise of identical work.
 """
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Iterable
+
+from .paired import (
+    CI_METHOD,
+    paired_cells,
+    paired_task_speedup,
+    percentile_interval,
+    prompt_speedup,
+    repeat_speedups,
+    two_level_bootstrap_ci,
+)
 
 __all__ = ["median", "pooled_acceptance", "prompt_table", "task_table", "bootstrap_speedup_ci", "AR_LABEL"]
 
@@ -104,12 +116,7 @@ def bootstrap_speedup_ci(pairs: list[tuple[float, float, float, float]], level: 
         if wall <= 0 or ar_wall <= 0:
             continue
         stats.append((sum(p[0] for p in pick) / wall) / (sum(p[2] for p in pick) / ar_wall))
-    if not stats:
-        return None
-    stats.sort()
-    lo = stats[int((1 - level) / 2 * (len(stats) - 1))]
-    hi = stats[int((1 + level) / 2 * (len(stats) - 1))]
-    return [lo, hi]
+    return percentile_interval(stats, level)
 
 
 def _first(runs: list[dict], key: str):
@@ -120,35 +127,44 @@ def _first(runs: list[dict], key: str):
 
 
 def prompt_table(runs: Iterable[dict]) -> list[dict]:
-    """One row per (task, prompt_id, label): medians over repeats and the speedup over ``ar``."""
+    """One row per (task, prompt_id, label): medians over repeats and the paired speedup over ``ar``."""
+    runs = list(runs)
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in runs:
         groups[(r["task"], r["prompt_id"], r["label"])].append(r)
+    cells = {(t, lab): paired_cells(runs, t, lab, AR_LABEL) for t, lab in {(t, lab) for t, _, lab in groups}}
     rows = []
     for (task, pid, label), rs in groups.items():
         tps = [r["new_tokens"] / r["wall_s"] for r in rs if r["wall_s"] > 0]
         acc = pooled_acceptance(r.get("stats") for r in rs)
         tokens = sum(r["new_tokens"] for r in rs)
+        mine = cells[(task, label)].get(pid)
         rows.append({
             "task": task, "prompt_id": pid, "label": label, "method": rs[0].get("method", label), "k": rs[0].get("k"),
             "repeats": len(rs), "wall_s": median(r["wall_s"] for r in rs), "new_tokens": median(r["new_tokens"] for r in rs),
             "tokens_per_s": median(tps) if tps else float("nan"),
             "tokens_per_s_range": [min(tps), max(tps)] if tps else None,
+            "speedup": prompt_speedup(mine) if mine else None,
             "alpha": acc["alpha"], "utilisation": acc["utilisation"], "tau": acc["tau"], "accept_hist": acc["accept_hist"],
             "target_forwards_per_token": (acc["target_forwards"] / tokens
                                           if acc["target_forwards"] is not None and tokens else None),
             "equal_ar": _first(rs, "equal_ar"), "correct": _first(rs, "correct"), "passed": _first(rs, "passed"),
         })
-    ar = {(r["task"], r["prompt_id"]): r["tokens_per_s"] for r in rows if r["label"] == AR_LABEL}
-    for r in rows:
-        base = ar.get((r["task"], r["prompt_id"]))
-        r["speedup"] = r["tokens_per_s"] / base if base and base > 0 and not math.isnan(r["tokens_per_s"]) else None
     rows.sort(key=lambda r: (r["task"], r["prompt_id"], r["label"]))
     return rows
 
 
+def _repeat_throughput(rs: list[dict]) -> float:
+    """Median over repeats of the repeat's tokens / seconds summed over the prompts."""
+    by_rep: dict[int, list[dict]] = defaultdict(list)
+    for r in rs:
+        by_rep[r["repeat"]].append(r)
+    xs = [sum(r["new_tokens"] for r in g) / wall for g in by_rep.values() if (wall := sum(r["wall_s"] for r in g)) > 0]
+    return median(xs) if xs else float("nan")
+
+
 def task_table(runs: Iterable[dict]) -> list[dict]:
-    """One row per (task, label), from the per-prompt medians (see the module docstring)."""
+    """One row per (task, label): paired throughput and speedup (see the module docstring)."""
     runs = list(runs)
     prows = prompt_table(runs)
     by: dict[tuple, list[dict]] = defaultdict(list)
@@ -159,30 +175,26 @@ def task_table(runs: Iterable[dict]) -> list[dict]:
         raw[(r["task"], r["label"])].append(r)
     out = []
     for (task, label), rs in by.items():
-        wall = sum(r["wall_s"] for r in rs)
-        toks = sum(r["new_tokens"] for r in rs)
-        acc = pooled_acceptance(r.get("stats") for r in raw[(task, label)])
-        all_tokens = sum(r["new_tokens"] for r in raw[(task, label)])
+        mine = raw[(task, label)]
+        acc = pooled_acceptance(r.get("stats") for r in mine)
+        all_tokens = sum(r["new_tokens"] for r in mine)
         speedups = [r["speedup"] for r in rs if r["speedup"] is not None]
+        cells = paired_cells(runs, task, label, AR_LABEL)
+        rep = repeat_speedups(cells)
         out.append({
             "task": task, "label": label, "method": rs[0]["method"], "k": rs[0]["k"], "prompts": len(rs),
-            "wall_s": wall, "new_tokens": toks, "tokens_per_s": toks / wall if wall > 0 else float("nan"),
+            "repeats": max(r["repeats"] for r in rs), "wall_s": sum(r["wall_s"] for r in mine), "new_tokens": all_tokens,
+            "tokens_per_s": _repeat_throughput(mine),
+            "speedup": paired_task_speedup(cells), "speedup_repeats": rep or None,
+            "speedup_ci": two_level_bootstrap_ci(cells) if label != AR_LABEL else None,
+            "speedup_ci_method": CI_METHOD if label != AR_LABEL else None,
             "speedup_median": median(speedups) if speedups else None,
+            "speedup_range": [min(speedups), max(speedups)] if speedups else None,
             "alpha": acc["alpha"], "utilisation": acc["utilisation"], "tau": acc["tau"], "accept_hist": acc["accept_hist"],
             "target_forwards_per_token": (acc["target_forwards"] / all_tokens
                                           if acc["target_forwards"] is not None and all_tokens else None),
             "accuracy": _rate([r["correct"] for r in rs]), "equal_ar_rate": _rate([r["equal_ar"] for r in rs]),
             "pass_at_1": _rate([r["passed"] for r in rs]),
         })
-    ar = {r["task"]: r["tokens_per_s"] for r in out if r["label"] == AR_LABEL}
-    ar_prompt = {(r["task"], r["prompt_id"]): r for r in prows if r["label"] == AR_LABEL}
-    for r in out:
-        base = ar.get(r["task"])
-        r["speedup"] = r["tokens_per_s"] / base if base and base > 0 else None
-        speedups = [p["speedup"] for p in by[(r["task"], r["label"])] if p["speedup"] is not None]
-        r["speedup_range"] = [min(speedups), max(speedups)] if speedups else None
-        pairs = [(p["new_tokens"], p["wall_s"], a["new_tokens"], a["wall_s"]) for p in by[(r["task"], r["label"])]
-                 if (a := ar_prompt.get((p["task"], p["prompt_id"]))) is not None]
-        r["speedup_ci"] = bootstrap_speedup_ci(pairs) if r["label"] != AR_LABEL else None
     out.sort(key=lambda r: (r["task"], r["label"] != AR_LABEL, r["label"]))
     return out

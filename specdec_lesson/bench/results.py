@@ -44,16 +44,38 @@ def machine_info() -> dict:
 
 
 def cpu_model() -> dict:
-    """``{"cpu": model name, "isa": the widest vector extensions}`` from /proc/cpuinfo (empty where unreadable):
-    the machines differ (AMD EPYC with AVX2, Intel Xeon with AVX-512 and AMX), and so do their speedups."""
+    """``{"cpu": model name, "isa": the widest vector extensions, "family"/"model": the CPUID numbers, "kind": a
+    name for the machine kind}`` from /proc/cpuinfo (empty where unreadable).  The machines differ (AMD EPYC Zen 3
+    with AVX2 only, Zen 4 and Zen 5 with AVX-512, Intel Xeon with AVX-512 and AMX), and so do their speedups; the
+    model name alone ("AMD EPYC") does not tell them apart."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
         return {}
-    name = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), None)
-    flags = set(next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), []))
+
+    def field(key: str) -> str | None:
+        return next((line.split(":", 1)[1].strip() for line in text.splitlines()
+                     if line.split(":", 1)[0].strip() == key), None)
+
+    flags = set((field("flags") or "").split())
     isa = [x for x in ("avx2", "avx512f", "avx512_bf16", "amx_tile") if x in flags]
-    return {"cpu": name, "isa": isa}
+    out = {"cpu": field("model name"), "isa": isa}
+    try:
+        family, model = int(field("cpu family") or ""), int(field("model") or "")
+    except ValueError:
+        return out
+    out.update(family=family, model=model, kind=_kind(field("vendor_id") or "", family, model, flags))
+    return out
+
+
+def _kind(vendor: str, family: int, model: int, flags: set[str]) -> str | None:
+    if vendor == "AuthenticAMD":
+        zen = {23: "Zen 2" if model >= 0x30 else "Zen 1", 25: "Zen 4" if model >= 0x10 and model not in range(0x20, 0x60)
+               else "Zen 3", 26: "Zen 5"}.get(family)
+        return f"AMD {zen}" if zen else None
+    if vendor == "GenuineIntel":
+        return "Intel with AMX" if "amx_tile" in flags else "Intel"
+    return None
 
 
 def write_results(results: dict, path: str | Path) -> Path:

@@ -41,6 +41,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from .methods import ENGINES, REGISTRY
 from .vllm_process import (  # noqa: F401  (re-exported: the engine's public names)
     _WORKERS,
     LOAD_TIMEOUT_S,
@@ -57,8 +58,22 @@ from .vllm_process import (  # noqa: F401  (re-exported: the engine's public nam
 __all__ = ["VLLM_METHODS", "PEERS", "vllm_python", "cpu_problem", "check_available", "VllmWorker", "start_worker",
            "check_generate_reply", "prepare", "run_one", "close_all", "peer_methods", "add_vllm_speedups"]
 
-VLLM_METHODS = ("vllm", "vllm-ngram", "vllm-eagle")
-PEERS = {"ar": "vllm", "prompt-lookup": "vllm-ngram", "chain": "vllm-eagle"}  # our method -> its vLLM peer
+
+
+def _vllm_methods() -> tuple[str, ...]:
+    """The methods run by vLLM workers (engine "vllm" in methods.REGISTRY), in the table's order."""
+    return tuple(name for name, m in REGISTRY.items() if m.engine == "vllm")
+
+
+def _peers() -> dict[str, str]:
+    """Our method -> its vLLM peer (methods.REGISTRY), in the order of the vLLM methods."""
+    order = _vllm_methods()
+    pairs = [(name, m.vllm_peer) for name, m in REGISTRY.items() if m.vllm_peer in order]
+    return dict(sorted(pairs, key=lambda p: order.index(p[1])))
+
+
+VLLM_METHODS = _vllm_methods()  # as the table holds them at import; the functions below read the table itself
+PEERS = _peers()
 
 
 def _target_path(loaded) -> str:
@@ -87,13 +102,16 @@ def _eos_list(eos) -> list[int]:
 
 
 def _spec_config(loaded, method: str, k: int | None, s) -> tuple[dict | None, bool]:
-    if method == "vllm":
+    kind = REGISTRY[method].vllm_speculative
+    if kind is None:
         return None, False
-    if method == "vllm-ngram":
+    if kind == "ngram":
         return {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": s.prompt_lookup_ngram,
                 "prompt_lookup_min": 1}, False
+    if kind != "eagle":
+        raise ValueError(f"method {method!r}: unknown vLLM speculative method {kind!r} (ngram or eagle)")
     if (loaded.info or {}).get("pair") != "default":
-        raise ValueError("method 'vllm-eagle' runs the course's shipped EAGLE draft, which exists for the default pair only")
+        raise ValueError(f"method {method!r} runs the course's shipped EAGLE draft, which exists for the default pair only")
     from ..distill.export_vllm import ensure_exported
 
     folder = ensure_exported(loaded.target)
@@ -101,7 +119,8 @@ def _spec_config(loaded, method: str, k: int | None, s) -> tuple[dict | None, bo
 
 
 def _key(loaded, method: str, k: int | None, s) -> tuple:
-    return (method, k, _target_path(loaded), _dtype(loaded), s.prompt_lookup_ngram if method == "vllm-ngram" else None)
+    ngram = REGISTRY[method].vllm_speculative == "ngram"
+    return (method, k, _target_path(loaded), _dtype(loaded), s.prompt_lookup_ngram if ngram else None)
 
 
 def prepare(loaded, labels, s) -> None:
@@ -109,7 +128,7 @@ def prepare(loaded, labels, s) -> None:
     configuration is reused); any failure raises one line.  Adds a note to ``loaded.notes``."""
     import torch
 
-    wanted = [(m, k) for _, m, k in labels if m in VLLM_METHODS]
+    wanted = [(m, k) for _, m, k in labels if m in _vllm_methods()]
     if not wanted:
         return
     py = check_available()
@@ -188,7 +207,7 @@ def run_one(loaded, method: str, k: int | None, ids: list[int], s, seed: int) ->
            "stop_token_ids": _eos_list(loaded.eos_token_id)}
     reply = w.request(req)
     toks = check_generate_reply(reply, w)
-    return toks, _stats(toks, k if method != "vllm" else 0, reply)
+    return toks, _stats(toks, k if REGISTRY[method].takes_k else 0, reply)
 
 
 def _count(v) -> bool:
@@ -246,15 +265,16 @@ def peer_methods(methods: list[str], explicit: bool) -> list[str]:
     ar, prompt-lookup, vllm, vllm-ngram; with one: those methods plus the peer of each."""
     if not explicit:
         return ["ar", "prompt-lookup", "vllm", "vllm-ngram"]
+    peers, ours = _peers(), _vllm_methods()
     out = list(methods)
     for m in methods:
-        peer = PEERS.get(m)
+        peer = peers.get(m)
         if peer and peer not in out:
             out.append(peer)
-    if not any(m in VLLM_METHODS for m in out):
-        pairs = ", ".join(f"{a} -> {b}" for a, b in PEERS.items())
+    if not any(m in ours for m in out):
+        pairs = ", ".join(f"{a} -> {b}" for a, b in peers.items())
         raise ValueError(f"--engine vllm: none of {', '.join(methods)} has a vLLM peer ({pairs}); "
-                         f"add one of {', '.join(VLLM_METHODS)} to --method")
+                         f"add one of {', '.join(ours)} to --method")
     return out
 
 
@@ -277,3 +297,6 @@ def add_vllm_speedups(results: dict) -> dict:
         results.setdefault("notes", []).append("speedup_vs_vllm: over vLLM's plain decoding (method vllm), paired by "
                                                "prompt and repeat like speedup; speedup: over our ar, as everywhere")
     return results
+
+
+ENGINES["vllm"] = run_one  # the runs of the engine-"vllm" methods of methods.REGISTRY go to this module's workers
