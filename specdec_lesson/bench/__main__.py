@@ -77,8 +77,8 @@ def _ks(text: str | None) -> list[int]:
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="specdec-bench", description="Speculative decoding benchmark: code (HumanEval) and math tasks.")
     g = p.add_argument_group("what to run")
-    g.add_argument("--task", default=None, help="comma list of code, math, requests (free-form function requests), prompts "
-                   "(default code,math; prompts with --prompts)")
+    g.add_argument("--task", default=None, help="comma list of code, math, requests (free-form function requests), "
+                   "chat (general chat questions), prompts (default code,math; prompts with --prompts)")
     g.add_argument("--prompts", default=None, help="JSONL file, one {\"prompt\": ...} object per line")
     g.add_argument("--method", default=DEFAULT_METHODS,
                    help=f"comma list (default {DEFAULT_METHODS}; also hybrid, hybrid-suffix, suffix, tree, hybrid-tree)")
@@ -135,7 +135,8 @@ def _settings(a):
     """The run's settings from the flags, every check that needs no model: values, conflicting flags (each would
     be ignored yet recorded as used), the pair name (before any path is made from it), the prompts file."""
     from .loading import check_pair_args
-    from .runner import K_METHODS, BenchSettings
+    from .methods import k_methods
+    from .runner import BenchSettings
 
     tasks = _once("--task", _csv(a.task), a.task) if a.task is not None else (["prompts"] if a.prompts else ["code", "math"])
     if a.prompts and "prompts" not in tasks:
@@ -163,8 +164,8 @@ def _settings(a):
         flag = "--top-k" if a.top_k is not None else "--top-p"
         raise _UsageError(f"{flag} shapes sampling, and --temperature 0 decodes greedily (it would be ignored): drop "
                           f"{flag}, or sample with --temperature > 0")
-    if a.k is not None and not set(s.methods) & K_METHODS:
-        raise _UsageError(f"--k {a.k} sets the drafts per step of the K methods ({', '.join(sorted(K_METHODS))}), and "
+    if a.k is not None and not set(s.methods) & k_methods():
+        raise _UsageError(f"--k {a.k} sets the drafts per step of the K methods ({', '.join(sorted(k_methods()))}), and "
                           f"none of {','.join(s.methods)} is one: drop --k, or add one to --method")
     check_pair_args(a.pair, a.target, a.draft, a.dtype, a.target_device_map)
     if a.prompts:
@@ -256,6 +257,7 @@ def _stopped(got: list[int]) -> tuple[str, int]:
 
 
 def _run(a, got: list[int]) -> int:
+    from .methods import runs_on
     from .runner import load_models, run_benchmark
 
     if a.report:
@@ -267,7 +269,7 @@ def _run(a, got: list[int]) -> int:
         import torch
 
         torch.set_num_threads(a.threads)
-    if a.engine == "vllm" or any(m.startswith("vllm") for m in settings.methods):  # the venv, before loading
+    if a.engine == "vllm" or runs_on("vllm", settings.methods):  # the venv, before loading
         from .vllm_engine import check_available
 
         check_available()

@@ -19,17 +19,18 @@ import torch
 
 from . import tasks as T
 from .loading import PAIRS, CharTokenizer, Loaded, load_models
+from .methods import REGISTRY, check_methods, k_methods, largest_step, runs_on
 from .metrics import AR_LABEL, prompt_table, task_table
 from .results import RESULTS_FORMAT, _git_revision, load_results, machine_info, write_results
 from .sandbox import check_code_reply, missing_protections_note
 
-__all__ = ["METHODS", "PAIRS", "RESULTS_FORMAT", "BenchSettings", "Loaded", "load_models", "run_benchmark", "write_results",
-           "load_results", "check_code_reply", "CharTokenizer", "machine_info"]
+__all__ = ["METHODS", "K_METHODS", "PAIRS", "RESULTS_FORMAT", "BenchSettings", "Loaded", "load_models", "run_benchmark",
+           "write_results", "load_results", "check_code_reply", "CharTokenizer", "machine_info"]
 
-METHODS = ("ar", "chain", "hybrid", "hybrid-suffix", "suffix", "tree", "hybrid-tree", "prompt-lookup", "hf", "hf-assisted",
-           "hf-prompt-lookup", "vllm", "vllm-ngram", "vllm-eagle")  # vllm*: vLLM worker processes (vllm_engine.py)
-K_METHODS = {"chain", "hybrid", "hybrid-suffix", "suffix", "prompt-lookup", "hf-assisted", "hf-prompt-lookup",
-             "vllm-ngram", "vllm-eagle"}  # tree: the StaticTree default shape; hybrid-tree: HybridTree (_hybrid_tree)
+# the method names and those that take K, as the table (methods.REGISTRY) holds them at import; the checks below
+# read the table itself, so a method registered later counts too
+METHODS = tuple(REGISTRY)
+K_METHODS = k_methods()
 
 
 @dataclass
@@ -64,8 +65,8 @@ class BenchSettings:
             if t not in T.TASKS:
                 raise ValueError(f"unknown task {t!r}; choose from {', '.join(T.TASKS)}")
         for m in self.methods:
-            if m not in METHODS:
-                raise ValueError(f"unknown method {m!r}; choose from {', '.join(METHODS)}")
+            if m not in REGISTRY:
+                raise ValueError(f"unknown method {m!r}; choose from {', '.join(REGISTRY)}")
         if not self.ks or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in self.ks):
             raise ValueError(f"every K must be an integer >= 1, got {self.ks}")
         for name in ("max_new_tokens", "repeats", "hybrid_lookup_k"):
@@ -84,7 +85,7 @@ class BenchSettings:
         methods = ["ar"] + [m for m in self.methods if m != "ar"]
         out = []
         for m in methods:
-            if m in K_METHODS:
+            if m in REGISTRY and REGISTRY[m].takes_k:
                 out += [(f"{m}-k{k}", m, k) for k in self.ks]
             else:
                 out.append((m, m, None))
@@ -97,113 +98,10 @@ def _sync() -> None:
         torch.cuda.synchronize()
 
 
-def _stats_dict(stats) -> dict:
-    keys = ("k", "accepted", "rejections", "proposed", "emitted", "row_steps", "target_forwards", "draft_forwards",
-            "time_prefill", "time_draft", "time_verify", "time_other")
-    d = {key: getattr(stats, key) for key in keys if hasattr(stats, key)}  # rejections: metrics' alpha needs it
-    d["accept_hist"] = list(stats.accept_hist)
-    # raw verification outcomes by proposal length (before EOS / budget cuts): stats.acceptance_independence's sample
-    d["verify_hist"] = {str(k): list(h) for k, h in sorted(getattr(stats, "verify_hist", {}).items())}
-    return d
-
-
-def _cut_eos(tokens: list[int], eos) -> list[int]:
-    eos = set(eos if isinstance(eos, (list, tuple)) else [] if eos is None else [eos])
-    for i, t in enumerate(tokens):
-        if t in eos:
-            return tokens[: i + 1]
-    return tokens
-
-
-def _tree_generate():
-    try:
-        from .. import tree
-    except ImportError:
-        tree = None
-    fn = getattr(tree, "tree_generate", None)
-    if fn is None:
-        raise ValueError("method 'tree' needs specdec_lesson.tree.tree_generate, which this checkout does not provide yet")
-    return fn
-
-
-def _hybrid_tree(s: BenchSettings):
-    """The tree ``hybrid-tree`` drafts: the default HybridTree (an EAGLE-2 tree of 6 nodes, depth 3; on a lookup
-    step the draft's top 2 at depth 1) with ``hybrid_lookup_k`` lookup tokens."""
-    from ..tree.hybrid import HybridTree
-
-    return HybridTree(lookup_len=s.hybrid_lookup_k)
-
-
-def _corpus_lookup(loaded: Loaded):
-    """A fresh ``CorpusLookupDrafter`` over the shipped answer corpus; the index is built once per loaded pair."""
-    from ..drafters.suffix import CorpusLookupDrafter, default_answer_index
-
-    if getattr(loaded, "_answer_index", None) is None:
-        loaded._answer_index = default_answer_index()
-    return CorpusLookupDrafter(loaded._answer_index)
-
-
 def _run_one(loaded: Loaded, method: str, k: int | None, ids: list[int], s: BenchSettings,
              seed: int) -> tuple[list[int], dict | None]:
-    from ..drafters import PromptLookupDrafter
-    from ..drafters.hybrid import HybridDrafter
-    from ..speculative import autoregressive_generate, speculative_generate
-
-    if method.startswith("vllm"):
-        from .vllm_engine import run_one
-
-        return run_one(loaded, method, k, ids, s, seed)
-    dev = loaded.device
-    x = torch.tensor([ids], dtype=torch.long, device=dev)  # [1, L]
-    samp = dict(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p)
-    if method in ("ar", "chain", "hybrid", "hybrid-suffix", "suffix", "prompt-lookup", "tree", "hybrid-tree"):
-        gen = torch.Generator(device=dev).manual_seed(seed)
-        if method == "ar":
-            toks, stats = autoregressive_generate(loaded.target, x, s.max_new_tokens, **samp, generator=gen,
-                                                  eos_token_id=loaded.eos_token_id)
-        elif method == "tree":
-            toks, stats = _tree_generate()(loaded.target, loaded.draft, x, s.max_new_tokens, **samp, generator=gen,
-                                           eos_token_id=loaded.eos_token_id)  # the default StaticTree shape
-        elif method == "hybrid-tree":  # the draft's tree + the answer lookup's continuation, in one tree
-            from ..tree.hybrid import HybridTreeDrafter
-
-            drafter = HybridTreeDrafter(loaded.draft, lookup=_corpus_lookup(loaded))
-            toks, stats = _tree_generate()(loaded.target, drafter, x, s.max_new_tokens, tree=_hybrid_tree(s), **samp,
-                                           generator=gen, eos_token_id=loaded.eos_token_id)
-        else:
-            if method == "hybrid":
-                draft = HybridDrafter(loaded.draft, lookup_k=s.hybrid_lookup_k)
-            elif method == "hybrid-suffix":  # the lookup also searches the target's past answers (drafters.suffix)
-                draft = HybridDrafter(loaded.draft, lookup_k=s.hybrid_lookup_k, lookup=_corpus_lookup(loaded))
-            elif method == "suffix":
-                draft = _corpus_lookup(loaded)
-            elif method == "chain":
-                draft = loaded.draft
-            else:
-                draft = PromptLookupDrafter(max_ngram=s.prompt_lookup_ngram)
-            toks, stats = speculative_generate(loaded.target, draft, x, s.max_new_tokens, k=k, **samp, generator=gen,
-                                               eos_token_id=loaded.eos_token_id)
-        return toks[0].tolist(), _stats_dict(stats)
-    # Hugging Face generate: its sampling draws from the global RNG, seeded per call (same seed for every method)
-    eos = loaded.eos_token_id
-    pad = (eos[0] if isinstance(eos, (list, tuple)) else eos) if eos is not None else 0
-    kw: dict = dict(max_new_tokens=s.max_new_tokens, do_sample=s.temperature > 0, attention_mask=torch.ones_like(x),
-                    eos_token_id=eos, pad_token_id=pad)
-    if s.temperature > 0:
-        kw.update(temperature=s.temperature, top_k=s.top_k or 0, top_p=s.top_p if s.top_p is not None else 1.0)
-    else:
-        kw.update(temperature=None, top_k=None, top_p=None)
-    if method == "hf-assisted":
-        assistant = loaded.hf_assistant(s.hf_assistant_layers)
-        cfg = assistant.generation_config
-        cfg.num_assistant_tokens, cfg.num_assistant_tokens_schedule = k, "constant"
-        cfg.assistant_confidence_threshold = 0.0  # no early stop: exactly K drafts per round, like ours
-        kw["assistant_model"] = assistant
-    elif method == "hf-prompt-lookup":
-        kw.update(prompt_lookup_num_tokens=k, max_matching_ngram_size=s.prompt_lookup_ngram)
-    torch.manual_seed(seed)
-    out = loaded.target.generate(x, **kw)  # [1, L + new]
-    return _cut_eos(out[0, x.shape[1]:].tolist(), loaded.eos_token_id), None
+    """One generation of ``method`` (its entry in ``methods.REGISTRY``): (new token ids, stats dict or None)."""
+    return REGISTRY[method].run(loaded, k, ids, s, seed)
 
 
 # ------------------------------------------------------------------------------------- run
@@ -212,36 +110,7 @@ def _seed(s: BenchSettings, task_index: int, prompt_index: int, repeat: int) -> 
 
 
 def _check_methods(loaded: Loaded, labels) -> None:
-    methods = {m for _, m, _ in labels}
-    drafted = {"chain", "hybrid", "hybrid-suffix", "tree", "hybrid-tree"}
-    if loaded.draft is None and methods & drafted:
-        raise ValueError(f"methods {sorted(methods & drafted)} need a draft model, and this pair has "
-                         "none (use --method ar,prompt-lookup,suffix,hf,hf-prompt-lookup, or another --pair)")
-    if methods & {"suffix", "hybrid-suffix", "hybrid-tree"}:
-        from ..drafters.suffix import DEFAULT_CORPUS, load_answer_corpus
-
-        load_answer_corpus()  # a missing or damaged corpus: its own error, naming the fix, before any run
-        if loaded.info.get("pair") != "default":
-            raise ValueError(f"methods suffix / hybrid-suffix / hybrid-tree search {DEFAULT_CORPUS.name}, "
-                             "the default target's own answers (token ids of its tokenizer): use them with --pair default")
-    if methods & {"hybrid", "hybrid-suffix"}:
-        from ..drafters.hybrid import HybridDrafter
-
-        HybridDrafter(loaded.draft)  # fails now, with its own error, if this draft cannot take lookup proposals
-    if methods & {"tree", "hybrid-tree"}:
-        _tree_generate()
-    if "hybrid-tree" in methods:
-        from ..tree.hybrid import HybridTreeDrafter
-
-        HybridTreeDrafter(loaded.draft)  # fails now, with its own error, if this draft cannot draft trees
-    if "hf-assisted" in methods:
-        assistant = loaded.hf_assistant()
-        if assistant is None:
-            raise ValueError("method 'hf-assisted' needs a Hugging Face causal LM draft, and this pair has none "
-                             f"(draft: {type(loaded.draft).__name__})")
-        if assistant is not loaded.draft and getattr(loaded.draft, "model", None) is assistant:
-            loaded.notes.append(f"hf-assisted uses the causal LM inside the pair's {type(loaded.draft).__name__} "
-                                f"({type(assistant).__name__})")
+    check_methods(loaded, {m for _, m, _ in labels})  # what each method needs from this pair (methods.REGISTRY)
 
 
 def _check_fits(loaded: Loaded, items: dict, encoded: dict, s: BenchSettings, labels) -> None:
@@ -262,15 +131,7 @@ def check_fits(limit: int | None, items: dict, encoded: dict, s: BenchSettings, 
     the tokenizer and the config (``bench.__main__``); labels with K None (``--k auto``) count one draft."""
     if limit is None or not any(encoded.values()):
         return
-    methods = {m for _, m, _ in labels}
-    lookup = [s.hybrid_lookup_k] if methods & {"hybrid", "hybrid-suffix"} else []
-    step = max([1] + [k for _, _, k in labels if k] + lookup)  # one step's largest proposal (max_proposal)
-    if "tree" in methods:
-        from ..tree import StaticTree
-
-        step = max(step, StaticTree().max_depth + 1)  # the default tree shape tree_generate runs
-    if "hybrid-tree" in methods:
-        step = max(step, _hybrid_tree(s).max_depth + 1)
+    step = largest_step(s, labels)  # one step's largest proposal (each method's max_step)
     task, i = max(((t, j) for t in encoded for j in range(len(encoded[t]))), key=lambda tj: len(encoded[tj[0]][tj[1]]))
     longest = len(encoded[task][i])
     if longest + s.max_new_tokens + step > limit:
@@ -307,7 +168,7 @@ def run_benchmark(loaded: Loaded, s: BenchSettings, *, progress: bool = True, jo
                             f"of this machine with the draft alone (sim.calibrate.tune_k): {why}")
         labels = s.labels()
     _check_fits(loaded, items, encoded, s, labels)
-    if any(m.startswith("vllm") for _, m, _ in labels):
+    if runs_on("vllm", (m for _, m, _ in labels)):
         from .vllm_engine import prepare
 
         prepare(loaded, labels, s)  # starts the vLLM workers now: a venv or engine problem fails before the warm-up
@@ -363,7 +224,7 @@ def run_benchmark(loaded: Loaded, s: BenchSettings, *, progress: bool = True, jo
     results["per_prompt"] = prompt_table(runs)
     results["per_task"] = task_table(runs)
     results["complete"] = True
-    if any(m.startswith("vllm") for _, m, _ in labels):
+    if runs_on("vllm", (m for _, m, _ in labels)):
         from .vllm_engine import add_vllm_speedups
 
         add_vllm_speedups(results)
