@@ -36,7 +36,7 @@ from specdec_lesson import theory
 from specdec_lesson.bench.results import machine_info, write_results
 from specdec_lesson.distill.evaluate import offline_alpha
 from specdec_lesson.distill.subset import SUBSET_SOURCE, answer_subset, with_subset
-from specdec_lesson.distill.teacher import load_file
+from specdec_lesson.distill.teacher import load_file, load_shards, shard_paths
 from specdec_lesson.drafters.eagle import EagleDrafter
 from specdec_lesson.profiling import measure_verify_curve
 from specdec_lesson.sampling import SamplingConfig
@@ -66,7 +66,11 @@ def draft_ms(models: dict, k: int, rounds: int, gen: torch.Generator) -> dict[st
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--heldout", type=Path, required=True, help="held-out set made by `distill heldout` (heldout.pt)")
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--heldout", type=Path, help="held-out set made by `distill heldout` (heldout.pt)")
+    src.add_argument("--mixture", type=Path, help="a teacher folder of `distill features` (e.g. runs/mix1): its "
+                     "validation rows (every 25th, as `distill train` holds out) score the subsets, no benchmark prompt")
+    ap.add_argument("--draft", type=Path, default=None, help="draft folder to score (default: the shipped draft)")
     ap.add_argument("--sizes", default="1024,2048,4096,8192,16384,32768,49152", help="subset sizes N, comma-separated")
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=30, help="timed rounds of the draft (median)")
@@ -81,16 +85,28 @@ def main() -> None:
         ap.error(f"--sizes must be integers >= 1, got {a.sizes!r}")
     if min(a.k, a.rounds, a.threads) < 1:
         ap.error("--k, --rounds and --threads must be >= 1")
-    if not a.heldout.is_file():
+    if a.heldout is not None and not a.heldout.is_file():
         ap.error(f"--heldout {a.heldout} does not exist; make it with "
                  "python -m specdec_lesson.distill heldout --out DIR --n-code 10 --n-math 10")
-    held = load_file(a.heldout, "the held-out set", "delete it and rerun distill heldout")
+    if a.mixture is not None and not shard_paths(a.mixture):
+        ap.error(f"--mixture {a.mixture} holds no teacher shards (data/shard_*.pt); make them with "
+                 "python -m specdec_lesson.distill features --out DIR --mixture")
+    if a.draft is not None and not (a.draft / "eagle_smollm2.json").is_file():
+        ap.error(f"--draft {a.draft} holds no draft (eagle_smollm2.json + .safetensors); pass a folder export wrote")
+    if a.heldout is not None:
+        held = load_file(a.heldout, "the held-out set", "delete it and rerun distill heldout")
+    else:
+        held = [r for i, r in enumerate(load_shards(a.mixture)) if i % 25 == 24]  # distill train's validation split
     torch.set_num_threads(a.threads)
     load0 = os.getloadavg()
     from specdec_lesson.drafters.pair import load_default_pair
 
     pair = load_default_pair()
     target, shipped = pair.target, pair.draft.model
+    if a.draft is not None:
+        from specdec_lesson.drafters.eagle import load_draft
+
+        shipped = load_draft(target, a.draft)
     V = target.config.vocab_size
     sizes = sorted({min(n, V) for n in sizes})
     eos = pair.tokenizer.eos_token_id
@@ -102,8 +118,8 @@ def main() -> None:
         inside = torch.isin(replies, m.d2t).double().mean().item()
         acc = offline_alpha(EagleDrafter(m), held, a.k)
         out[name] = {"n": len(m.d2t), "coverage_of_heldout_replies": inside, "offline": acc}
-        print(f"{name:14s} coverage {inside:.4f}  alpha code {acc['code']['alpha_tok']:.3f} "
-              f"math {acc['math']['alpha_tok']:.3f}", flush=True)
+        print(f"{name:14s} coverage {inside:.4f}  alpha " + " ".join(f"{kind} {v['alpha_tok']:.3f}" for kind, v in
+                                                                    sorted(acc.items())), flush=True)
     gen = torch.Generator().manual_seed(0)
     ms = draft_ms(models, a.k, a.rounds, gen)
     curve = measure_verify_curve(target, context=200, repeats=a.rounds // 3 or 1, ns=(1, a.k + 1))
@@ -111,24 +127,28 @@ def main() -> None:
     for name, r in out.items():
         r["draft_ms_per_token"] = ms[name]
         r["c"] = ms[name] / t1
-        r["predicted_speedup"] = {kind: theory.speedup(r["offline"][kind]["alpha_tok"], a.k, r["c"], verify_ratio)
-                                  for kind in ("code", "math")}
-        print(f"{name:14s} {ms[name]:5.2f} ms/token  c {r['c']:.3f}  S code {r['predicted_speedup']['code']:.3f} "
-              f"math {r['predicted_speedup']['math']:.3f}", flush=True)
-    best = {kind: max(out, key=lambda n: out[n]["predicted_speedup"][kind]) for kind in ("code", "math")}
+        r["predicted_speedup"] = {kind: theory.speedup(v["alpha_tok"], a.k, r["c"], verify_ratio)
+                                  for kind, v in r["offline"].items()}
+        print(f"{name:14s} {ms[name]:5.2f} ms/token  c {r['c']:.3f}  S " + " ".join(
+            f"{kind} {v:.3f}" for kind, v in sorted(r["predicted_speedup"].items())), flush=True)
+    kinds = sorted(next(iter(out.values()))["predicted_speedup"])
+    best = {kind: max(out, key=lambda n: out[n]["predicted_speedup"][kind]) for kind in kinds}
     result = {
         "what": "the shipped draft's head over N-token vocabulary subsets: held-out offline alpha, draft ms per token, "
                 "c, and theory.speedup(alpha, K, c, T(K+1)/T(1)) measured in the same run",
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": {**machine_info(), "loadavg_before": load0, "loadavg_after": os.getloadavg()},
         "dispatch": getattr(target, "dispatch_profile", None), "k": a.k, "rounds": a.rounds,
-        "heldout": {"rows": len(held), "reply_tokens": len(replies)},
+        "scored_on": {"source": str(a.heldout) if a.heldout is not None else f"{a.mixture} (validation split, every "
+                      "25th row: training prompts' answers the draft was not trained on)",
+                      "rows": len(held), "reply_tokens": len(replies)},
+        "draft": str(a.draft) if a.draft is not None else "shipped",
         "subset_source": SUBSET_SOURCE,
         "target_ms": {"T1": t1, f"T{a.k + 1}": curve[a.k + 1] * 1e3}, "verify_ratio": verify_ratio,
         "subsets": out, "best": best,
     }
     write_results(result, a.out)
-    print(f"best: code {best['code']}, math {best['math']}; wrote {a.out}")
+    print("best: " + ", ".join(f"{k} {v}" for k, v in best.items()) + f"; wrote {a.out}")
 
 
 if __name__ == "__main__":

@@ -18,12 +18,15 @@ from .teacher import _teacher, atomic_save, generate_teacher, load_file
 
 __all__ = ["run_heldout", "offline_alpha", "run_export"]
 
-def run_heldout(out: Path, n_code: int, n_math: int, max_new: int, batch: int = 16) -> Path:
+def run_heldout(out: Path, n_code: int, n_math: int, max_new: int, batch: int = 16, n_requests: int = 0,
+                n_chat: int = 0) -> Path:
     """Target greedy responses (+ features) to the benchmark's EVALUATION prompts, for offline alpha only
-    (never trained on): HumanEval 82.. and ``bench.tasks.math_problems("eval")``."""
-    from ..bench.tasks import code_problems, format_code_prompt, format_math_prompt, math_problems
+    (never trained on): HumanEval 82.., ``bench.tasks.math_problems("eval")``, and the first ``n_requests`` /
+    ``n_chat`` items of the held-out function-request and chat tasks (``bench.tasks.task_items``)."""
+    from ..bench.tasks import code_problems, format_code_prompt, format_math_prompt, math_problems, task_items
 
-    for name, n in (("n_code", n_code), ("n_math", n_math), ("max_new", max_new - 1), ("batch", batch - 1)):
+    for name, n in (("n_code", n_code), ("n_math", n_math), ("n_requests", n_requests), ("n_chat", n_chat),
+                    ("max_new", max_new - 1), ("batch", batch - 1)):
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise ValueError(f"{name} must be an integer >= {0 if name.startswith('n_') else 1}")
     path = out / "heldout.pt"
@@ -32,6 +35,8 @@ def run_heldout(out: Path, n_code: int, n_math: int, max_new: int, batch: int = 
     model, tok = _teacher(False, 0)
     items = [("code", format_code_prompt(p)) for p in code_problems("eval")[:n_code]]
     items += [("math", format_math_prompt(p)) for p in math_problems("eval")[:n_math]]
+    items += [(task, it["text"]) for task, n in (("requests", n_requests), ("chat", n_chat))
+              for it in (task_items(task)[:n] if n else [])]
     prompts = [tok(chat_text(tok, t), add_special_tokens=False)["input_ids"] for _, t in items]
     rows = []
     for i in range(0, len(prompts), batch):

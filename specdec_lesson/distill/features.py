@@ -28,13 +28,23 @@ def _tag(path: Path) -> str:
 
 def run_features(out: Path, files: list[Path], aux_layers: tuple[int, ...] | None, shard_rows: int = 128,
                  budget: int = 8192, max_len: int = 1024, fast: bool = False, progress: bool = True,
-                 max_shards: int | None = None) -> int:
-    """Write the feature shards of every answer file in ``files``; returns the number of shards written."""
+                 max_shards: int | None = None, bf16: bool = False) -> int:
+    """Write the feature shards of every answer file in ``files``; returns the number of shards written.
+    ``bf16``: the target's forward under bfloat16 autocast (about 2x faster on CPUs with AVX512-BF16 or AMX; the
+    features then differ from fp32 ones by about 1.1% in norm, measured on 10k positions of a mixture shard);
+    the shards record it (``"bf16"`` per row)."""
+    import numpy as np
+    import torch
     from tqdm import tqdm
 
     from ..drafters.suffix import load_answer_corpus
 
     corpora = [(f, load_answer_corpus(f)[0]) for f in files]  # every file checked before the target is loaded
+    for f, rows in corpora:  # mixture shards store each answer's temperature; answers files are greedy
+        with np.load(f) as z:
+            temps = z["temperature"].tolist() if "temperature" in z.files else [0.0] * len(rows)
+        for r, t in zip(rows, temps):
+            r["temperature"] = float(t)
     model, _ = _teacher(fast, 0)
     V = model.get_input_embeddings().weight.shape[0]
     for f, rows in corpora:
@@ -50,9 +60,10 @@ def run_features(out: Path, files: list[Path], aux_layers: tuple[int, ...] | Non
             continue
         chunk = sorted(rows[i: i + shard_rows], key=lambda r: len(r["tokens"]))
         seqs = [r["tokens"][:max_len] for r in chunk]
-        made = forward_in_batches(model, seqs, [min(r["n_prompt"], max_len - 1) for r in chunk], budget, aux_layers)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            made = forward_in_batches(model, seqs, [min(r["n_prompt"], max_len - 1) for r in chunk], budget, aux_layers)
         for r, src in zip(made, chunk):
-            r["kind"], r["temperature"], r["source"] = src["kind"], 0.0, "answers"
+            r["kind"], r["temperature"], r["source"], r["bf16"] = src["kind"], src["temperature"], "answers", bf16
         atomic_save(made, path)
         written += 1
     return written
