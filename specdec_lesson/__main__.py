@@ -2,8 +2,11 @@
 
 Loads the offline default pair (SmolLM2-135M-Instruct and the project's distilled draft),
 generates a completion for a code prompt and a math prompt with plain decoding and with
-speculative decoding (the draft alone, and the draft + prompt lookup: ``hybrid.HybridDrafter``),
-and prints tokens/s, the speedup, acceptance statistics and the text.
+speculative decoding (the draft alone, the draft + prompt lookup: ``hybrid.HybridDrafter``, and that
+hybrid with K chosen per step, 0 = a plain step: ``adaptive.AdaptiveDrafter``, which says what it chose and why),
+and prints tokens/s, the speedup, acceptance statistics and the text.  ``--show`` also prints each
+speculative run step by step in colour (``lab.render``): accepted drafts green, rejected drafts red and
+struck through, the target's correction or bonus token blue.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ MATH_PROMPT = (
 MAX_NEW_TOKENS = 4096  # prompt (about 130 tokens) + reply + one step's drafts must fit SmolLM2's 8192 positions
 MAX_K = 64
 PROG = "python -m specdec_lesson"
+_COSTS: dict = {}  # the adaptive policy's measured step costs, per pair and k_max
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -41,6 +45,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); a finite number >= 0")
     ap.add_argument("--seed", type=int, default=0, help="an integer >= 0")
     ap.add_argument("--threads", type=int, default=None, help="torch threads, 1..the number of CPUs (default: torch's choice)")
+    ap.add_argument("--show", action="store_true", help="print each speculative run's steps in colour (ANSI): accepted "
+                    "drafts green, rejected drafts red and struck through, the target's correction or bonus blue")
     return ap
 
 
@@ -99,6 +105,7 @@ def _demo(args) -> int:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     from .bench.tasks import chat, format_code_prompt, format_math_prompt
+    from .lab import Trace, render_ansi
     from .sim.calibrate import tune_k
     from .speculative import autoregressive_generate, speculative_generate
 
@@ -132,6 +139,20 @@ def _demo(args) -> int:
         _status("choosing K: timing a short speculative run on this machine ...")
         k, why = tune_k(target, draft, probe)
         print(f"K = {k}, chosen by the simulator's cost model from a probe of this machine: {why}")
+    from .drafters.adaptive import AdaptiveDrafter, measure_step_costs
+
+    adaptive = getattr(draft, "accepts_foreign_proposals", False)  # the adaptive policy wraps the hybrid
+    k_max = max(8, k)  # the adaptive policy's cap: it picks 0..k_max drafts per step (lookup steps too)
+    if adaptive:
+        key = (repr(getattr(target, "config", None)), type(draft).__name__, k_max)
+        if key not in _COSTS:  # once per process and pair: the policy's choices then depend on the text alone
+            _status("adaptive policy: timing T(n) and the draft's cost per step on this machine (a few seconds) ...")
+            probe_ids = tok(chat(tok, prompts["code"]), return_tensors="pt").input_ids
+            _COSTS[key] = measure_step_costs(target, draft, probe_ids, k_max)
+        costs = _COSTS[key]
+        print(f"adaptive policy's costs: T(1) {costs.T(1) * 1e3:.1f} ms, T({k_max + 1})/T(1) = "
+              f"{costs.T(k_max + 1) / costs.T(1):.2f}, draft a = {costs.draft_first * 1e3:.1f} ms + b = "
+              f"{costs.draft_next * 1e3:.1f} ms per further token")
     best: dict[str, tuple[str, float]] = {}
     for name, text in prompts.items():
         ids = tok(chat(tok, text), return_tensors="pt").input_ids
@@ -146,14 +167,16 @@ def _demo(args) -> int:
             from .drafters.hybrid import HybridDrafter
 
             runs.append(("+ prompt lookup     ", HybridDrafter(draft, lookup_k=max(8, k))))
+            runs.append(("adaptive K per step ", AdaptiveDrafter(HybridDrafter(draft, lookup_k=k_max), costs, k_max)))
         n_ar = len(ar[0])
         print(f"\n=== {name} prompt ===")
         print(f"plain decoding      : {n_ar} tokens in {t_ar:.2f} s = {n_ar / t_ar:6.1f} tokens/s")
         for label, drafter in runs:
             g = torch.Generator().manual_seed(args.seed)
+            trace = Trace() if args.show else None
             t = time.perf_counter()
             sp, st = speculative_generate(target, drafter, ids, args.max_new_tokens, k=k, temperature=args.temperature,
-                                          generator=g)
+                                          generator=g, trace=trace)
             t_sp = time.perf_counter() - t
             n_sp = len(sp[0])
             gain = t_ar / n_ar / (t_sp / n_sp)
@@ -163,6 +186,10 @@ def _demo(args) -> int:
                 best[name] = (label.strip(), gain)
             if args.temperature == 0:
                 print(f"greedy outputs identical: {torch.equal(ar[0], sp[0])}")
+            if isinstance(drafter, AdaptiveDrafter):
+                print(f"adaptive policy: {drafter.summary()}")
+            if trace is not None:
+                print(f"--- step by step: {label.strip()} ---\n{render_ansi(trace, tok, stats=True)}")
         print("--- speculative output ---")
         print(tok.decode(sp[0], skip_special_tokens=True).strip())
     print("\nbest method here, over plain decoding in its fastest form on this machine: "

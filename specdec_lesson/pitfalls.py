@@ -169,22 +169,28 @@ def buggy_shared_positions() -> Iterator[None]:
     accept different numbers of drafts: a row that accepted fewer drafts has holes (rejected slots
     hidden by the mask), so its next token is really at position ``lengths[b]``, not at the slot
     index.  Its rotary embeddings then encode the wrong distances and its text drifts away from the
-    row generated alone.  The library's fix: per-row ``SlotCache.lengths`` as the positions."""
+    row generated alone.  The library's fix: per-row ``SlotCache.lengths`` as the positions.  The lean path's
+    :class:`specdec_lesson.lean.LeanSlotCache` (same slot bookkeeping) gets the same bug planted."""
     from .kvcache import SlotCache
+    from .lean import LeanSlotCache
 
-    original = SlotCache.forward
+    originals = {cls: cls.forward for cls in (SlotCache, LeanSlotCache)}
 
-    def forward(self, tokens, new_valid=None, *, positions=None, **kw):
-        if positions is None:
-            B, n = tokens.shape
-            positions = (self.num_slots + torch.arange(n, device=tokens.device)).expand(B, n)  # [B, n] shared
-        return original(self, tokens, new_valid, positions=positions, **kw)
+    def buggy(original):
+        def forward(self, tokens, new_valid=None, *, positions=None, **kw):
+            if positions is None:
+                B, n = tokens.shape
+                positions = (self.num_slots + torch.arange(n, device=tokens.device)).expand(B, n)  # [B, n] shared
+            return original(self, tokens, new_valid, positions=positions, **kw)
+        return forward
 
-    SlotCache.forward = forward
+    for cls, original in originals.items():
+        cls.forward = buggy(original)
     try:
         yield
     finally:
-        SlotCache.forward = original
+        for cls, original in originals.items():
+            cls.forward = original
 
 
 # -------------------------------------------------------------------------- pitfall 9: lossy verifiers

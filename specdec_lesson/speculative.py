@@ -24,7 +24,7 @@ import torch
 from .drafters import Drafter, ModelDrafter
 from .drafters.base import hidden_request
 from .generation import Clock, Outputs, blame, check_run, eos_of, prepare_inputs
-from .kvcache import SlotCache
+from .lean import make_cache
 from .models import check_same_vocab
 from .sampling import SamplingConfig, as_float, sample_from_probs
 from .stats import SpecStats
@@ -37,9 +37,10 @@ __all__ = ["autoregressive_generate", "speculative_generate", "prepare_inputs"] 
 def autoregressive_generate(
     target: torch.nn.Module, input_ids, max_new_tokens: int, temperature: float = 0.0, top_k: int | None = None,
     top_p: float | None = None, generator: torch.Generator | None = None, *, eos_token_id=None, attention_mask=None,
-    paged: bool = False,
+    paged: bool = False, lean: bool | None = None,
 ) -> tuple[list[torch.Tensor], SpecStats]:
-    """The baseline: one target forward (with a KV cache) per token.  Returns per-row new tokens."""
+    """The baseline: one target forward (with a KV cache) per token.  Returns per-row new tokens.  ``lean``: the
+    lean forward for a supported Llama target (:func:`specdec_lesson.lean.make_cache`; None: ``LEAN_BY_DEFAULT``)."""
     sampling = SamplingConfig(temperature, top_k, top_p)
     device = next(target.parameters()).device
     ids, mask = prepare_inputs(input_ids, attention_mask, device)
@@ -48,7 +49,7 @@ def autoregressive_generate(
     clock, stats = Clock(device), SpecStats(k=0)
     out = Outputs(B, max_new_tokens, eos_of(target, eos_token_id))
     t0 = clock()
-    state = SlotCache(target, B, device, paged=paged, capacity=L + max_new_tokens)
+    state = make_cache(target, B, device, lean=lean, paged=paged, capacity=L + max_new_tokens)
     if L > 1:
         state.forward(ids[:, :-1], mask[:, :-1], has_holes=not bool(mask.all()), logits_to_keep=1)
         stats.target_forwards += 1
@@ -88,7 +89,8 @@ def speculative_generate(
     target: torch.nn.Module, draft, input_ids, max_new_tokens: int, k: int = 4, temperature: float = 0.0,
     top_k: int | None = None, top_p: float | None = None, generator: torch.Generator | None = None, *,
     eos_token_id=None, attention_mask=None, paged: bool = False, use_kernels: bool | None = None, verify: str = "token",
-    observe: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], None] | None = None,
+    observe: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], None] | None = None, trace=None,
+    lean: bool | None = None,
 ) -> tuple[list[torch.Tensor], SpecStats]:
     """Speculative decoding (chain of ``k`` drafts per step), exact in distribution.
 
@@ -100,12 +102,21 @@ def speculative_generate(
     ``"block"`` (block verification, Sun et al. 2024, :mod:`specdec_lesson.verify.block`): also
     exact, the same random numbers, never fewer accepted drafts in expectation (torch only).
 
+    ``lean``: the lean forward (static KV cache, fused weights) for a supported Llama target and model draft
+    (:func:`specdec_lesson.lean.make_cache`; None: ``LEAN_BY_DEFAULT``; other models use the Hugging Face forward).
+
     ``observe``: a measurement hook, called before each step's verification with
     ``(target_probs [B, K+1, V], draft_probs [B, K, V], draft_tokens [B, K])`` (e.g. to score both
     rules on the same blocks with :func:`~specdec_lesson.verify.expected_accepted_given_drafts`);
-    it must not change them.  Not called on steps that proposed nothing."""
+    it must not change them.  Not called on steps that proposed nothing.
+
+    ``trace``: None (default: nothing recorded) or a :class:`specdec_lesson.lab.Trace`, filled with each
+    step's drafts, accepted count, correction / bonus token and draft / verify times per row, from the host
+    list the step transfers anyway (``lab.render`` draws it as coloured text)."""
     if observe is not None and not callable(observe):
         raise ValueError(f"observe must be a callable or None, got {type(observe).__name__}")
+    if trace is not None and not (callable(getattr(trace, "start", None)) and callable(getattr(trace, "record", None))):
+        raise ValueError(f"trace must be None or a specdec_lesson.lab.Trace(), got {type(trace).__name__}")
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be an integer >= 1, got {k!r}")
     if verify not in VERIFY_RULES:
@@ -117,7 +128,7 @@ def speculative_generate(
         drafter = draft
     elif isinstance(draft, torch.nn.Module):
         check_same_vocab(target, draft)
-        drafter = ModelDrafter(draft, paged=paged)
+        drafter = ModelDrafter(draft, paged=paged, lean=lean)
     else:
         raise ValueError(f"draft must be a causal LM or a Drafter, got {type(draft).__name__}")
     k_max = drafter.max_proposal(k)  # the longest proposal one step may make (HybridDrafter: lookup_k)
@@ -130,13 +141,15 @@ def speculative_generate(
     out = Outputs(B, max_new_tokens, eos_of(target, eos_token_id))
     draft_forwards0 = drafter.forwards
     t0 = clock()
-    state = SlotCache(target, B, device, paged=paged, capacity=L + max_new_tokens + k_max)
+    state = make_cache(target, B, device, lean=lean, paged=paged, capacity=L + max_new_tokens + k_max)
     hidden = None
     if L > 1:
         _, hidden = state.forward(ids[:, :-1], mask[:, :-1], has_holes=not bool(mask.all()), output_hidden=need_hidden,
                                   logits_to_keep=1)
         stats.target_forwards += 1
     drafter.begin(ids, mask, hidden)
+    if trace is not None:
+        trace.start(ids, mask, k)
     pending = ids[:, -1:]  # [B, 1]
     stats.time_prefill = clock() - t0
     step = 0
@@ -175,6 +188,8 @@ def speculative_generate(
         n_acc = [row[0] for row in host]
         emitted = [out.emit(b, row[2:2 + row[0]] + [row[1]]) for b, row in enumerate(host)]
         stats.record(n_acc, emitted, active, k_step=K)
+        if trace is not None:
+            trace.record(step, host, emitted, active, t2 - t1, t3 - t2)
         state.rollback(since, [n + 1 for n in n_acc])  # pending + accepted drafts stay
         if not out.all_done:
             drafter.commit(num_accepted, next_token, hidden)

@@ -8,8 +8,8 @@ import pytest
 from specdec_lesson.bench import methods as M
 from specdec_lesson.bench.runner import K_METHODS, METHODS, BenchSettings, load_models, run_benchmark
 
-NAMES = ("ar", "chain", "hybrid", "hybrid-suffix", "suffix", "tree", "hybrid-tree", "prompt-lookup", "hf", "hf-assisted",
-         "hf-prompt-lookup", "vllm", "vllm-ngram", "vllm-eagle")
+NAMES = ("ar", "chain", "hybrid", "hybrid-suffix", "adaptive", "suffix", "tree", "hybrid-tree", "prompt-lookup", "hf",
+         "hf-assisted", "hf-prompt-lookup", "vllm", "vllm-ngram", "vllm-eagle")
 
 
 def _settings(methods: list[str], **kw) -> BenchSettings:
@@ -26,8 +26,8 @@ def test_every_method_has_its_entry():
         assert m.engine in ("native", "vllm")
         assert m.vllm_peer is None or M.REGISTRY[m.vllm_peer].engine == "vllm"
         assert m.max_step(BenchSettings(), 4 if m.takes_k else None) >= 1
-    assert K_METHODS == M.k_methods() == {"chain", "hybrid", "hybrid-suffix", "suffix", "prompt-lookup", "hf-assisted",
-                                          "hf-prompt-lookup", "vllm-ngram", "vllm-eagle"}
+    assert K_METHODS == M.k_methods() == {"chain", "hybrid", "hybrid-suffix", "adaptive", "suffix", "prompt-lookup",
+                                          "hf-assisted", "hf-prompt-lookup", "vllm-ngram", "vllm-eagle"}
     assert {n: m.vllm_peer for n, m in M.REGISTRY.items() if m.vllm_peer} == {
         "ar": "vllm", "chain": "vllm-eagle", "prompt-lookup": "vllm-ngram"}
 

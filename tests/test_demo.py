@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import re
+
 import torch
 
 from specdec_lesson import __main__ as demo
@@ -48,3 +50,27 @@ def test_demo_stops_on_damaged_weights_with_one_line(monkeypatch, capsys):
     errors = [line for line in err.splitlines() if not line.startswith("[specdec] ")]
     assert len(errors) == 1 and errors[0].startswith("python -m specdec_lesson: error: the target model's logits hold NaN")
     assert "SPECDEC_CACHE" in errors[0] and "identical" not in out
+
+
+def test_demo_show_prints_each_run_in_colour_and_default_stays_plain(monkeypatch, capsys):
+    monkeypatch.setattr(demo, "_load", lambda: _pair(damaged=False))
+    assert demo.main(["--max-new-tokens", "6", "--k", "2"]) == 0
+    plain, _ = capsys.readouterr()
+    assert "\x1b[" not in plain and "step by step" not in plain  # the default output has no colour
+    assert demo.main(["--max-new-tokens", "6", "--k", "2", "--show"]) == 0
+    shown, _ = capsys.readouterr()
+    assert shown.count("--- step by step: speculative decoding ---\nlegend: \x1b[32maccepted draft") == 2  # both prompts
+    assert "\x1b[94m" in shown
+    # without the trace blocks (header, legend, coloured text, stats line) it is the default output (timings aside)
+    rest = re.sub(r"--- step by step: [^\n]* ---\n.*?\nalpha [^\n]*\n", "", shown, flags=re.S)
+
+    def mask(text: str) -> str:
+        return re.sub(r" *\d+(\.\d+)?", " #", text)  # numbers are right-aligned in a fixed width
+
+    assert mask(rest) == mask(plain)
+
+
+def test_demo_show_takes_no_value(capsys):
+    assert demo.main(["--show=yes"]) == 2
+    _, err = capsys.readouterr()
+    assert err.strip() == "python -m specdec_lesson: error: argument --show: ignored explicit argument 'yes'"

@@ -26,6 +26,12 @@ from specdec_lesson.tree import DynamicTree, StaticTree, tree_generate
 LEVEL = 1e-3
 
 
+@pytest.fixture(autouse=True, params=[False, True], ids=["hf", "lean"])
+def _forward_path(request, monkeypatch):
+    """Every law test runs twice: on the Hugging Face forward and on the lean one (specdec_lesson.lean)."""
+    monkeypatch.setattr("specdec_lesson.lean.slots.LEAN_BY_DEFAULT", request.param)
+
+
 @torch.inference_mode()
 def exact_law(target, prompt: list[int], n: int, temperature: float = 1.0, top_k=None, top_p=None, eos=None) -> dict:
     """Exact law of the emitted tuple of at most ``n`` tokens (cut after ``eos``, kept), by enumeration: one batched

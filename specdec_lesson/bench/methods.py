@@ -173,6 +173,38 @@ def _hybrid_suffix(loaded, s):  # the lookup also searches the target's past ans
     return HybridDrafter(loaded.draft, lookup_k=s.hybrid_lookup_k, lookup=_corpus_lookup(loaded))
 
 
+def _adaptive_model(loaded: Loaded):
+    """The pair's draft as a Drafter (a causal LM draft as a ModelDrafter)."""
+    from ..drafters import Drafter, ModelDrafter
+
+    return loaded.draft if isinstance(loaded.draft, Drafter) else ModelDrafter(loaded.draft)
+
+
+def _adaptive_costs(loaded: Loaded) -> None:
+    """Measure this machine's step costs once per loaded pair, before any timed run (a few seconds): T(n) up to
+    n = 17 (K <= 16 and the hybrid's lookup) and the draft's cost per step (drafters.adaptive.measure_step_costs)."""
+    import torch
+
+    from ..drafters.adaptive import measure_step_costs
+
+    if getattr(loaded, "_adaptive_costs", None) is None:
+        V = loaded.target.get_output_embeddings().weight.shape[0]
+        ids = torch.randint(V, (1, 64), generator=torch.Generator().manual_seed(0)).to(loaded.device)  # [1, 64]
+        loaded._adaptive_costs = measure_step_costs(loaded.target, _adaptive_model(loaded), ids, 4, max_width=17)
+
+
+def _adaptive(loaded, x, k, s, samp, gen):
+    """The hybrid (or the draft alone, when it cannot take lookup proposals) with K in 0..k chosen per step."""
+    from ..drafters.adaptive import AdaptiveDrafter
+    from ..speculative import speculative_generate
+
+    _adaptive_costs(loaded)
+    model = _adaptive_model(loaded)
+    inner = _hybrid(loaded, s) if getattr(model, "accepts_foreign_proposals", False) else model
+    return speculative_generate(loaded.target, AdaptiveDrafter(inner, loaded._adaptive_costs, k), x, s.max_new_tokens,
+                                k=k, **samp, generator=gen, eos_token_id=loaded.eos_token_id)
+
+
 def _prompt_lookup(loaded, s):
     from ..drafters import PromptLookupDrafter
 
@@ -249,6 +281,8 @@ for _m in (
            max_step=lambda s, k: max(k or 1, s.hybrid_lookup_k)),
     Method("hybrid-suffix", _chain(_hybrid_suffix), takes_k=True, needs_draft=True, needs_corpus=True,
            check=_takes_lookups, max_step=lambda s, k: max(k or 1, s.hybrid_lookup_k)),
+    Method("adaptive", _ours(_adaptive), takes_k=True, needs_draft=True, check=_adaptive_costs,
+           max_step=lambda s, k: max(k or 1, s.hybrid_lookup_k)),
     Method("suffix", _chain(lambda loaded, s: _corpus_lookup(loaded)), takes_k=True, needs_corpus=True),
     Method("tree", _ours(_tree), needs_draft=True, needs_tree=True, max_step=_static_tree_step),
     Method("hybrid-tree", _ours(_hybrid_tree_run), needs_draft=True, needs_corpus=True, needs_tree=True,

@@ -156,6 +156,7 @@ class EagleDrafter(Drafter):
     needs_target_hidden = True
     accepts_foreign_proposals = True  # commit re-feeds the accepted tokens: any proposal source works (drafters/hybrid.py)
     default_k = 4  # K sweep (ksweep_default_t0.json): K = 2..5 within noise for the hybrid, K = 2..3 best for the draft alone
+    keep_drafting = None  # optional stop rule (drafters.adaptive): (j, confidence [B]) -> bool, asked before draft j+1
 
     def __init__(self, model: EagleDraft, *, add_prompt_tokens: bool = True) -> None:
         self.model = model.eval()
@@ -218,9 +219,14 @@ class EagleDrafter(Drafter):
         sub = as_float(self.model.out_features(g) @ self.head.T)  # [B, N'] in fp32 (fp64 for fp64): a law to fp32 rounding
         if sampling.greedy:
             check_logits(sub)  # NaN logits raise (argmax would pick garbage)
+            if self.keep_drafting is not None:
+                self.confidence = torch.softmax(sub, -1).amax(-1)  # [B] top probability of the draft's T = 1 law
             return self.d2t[sub.argmax(-1)], None  # one-hot q on the full-vocabulary argmax
         full = sub.new_full((g.shape[0], self.V), float("-inf")).index_copy_(1, self.d2t, sub)  # [B, V]
-        return None, sampling.probs(full)  # [B, V] fp32 / fp64; zero outside the subset
+        q = sampling.probs(full)  # [B, V] fp32 / fp64; zero outside the subset
+        if self.keep_drafting is not None:
+            self.confidence = q.amax(-1)  # [B]
+        return None, q
 
     @torch.inference_mode()
     def propose(self, k: int, sampling: SamplingConfig, generator: torch.Generator | None):
@@ -229,6 +235,8 @@ class EagleDrafter(Drafter):
         start = self.cursor.clone()
         for j in range(k):
             tok, q = self._law(g, sampling)
+            if self.keep_drafting is not None and not self.keep_drafting(j, self.confidence):
+                break  # decided from draft j+1's law alone, before it is drawn: the output law stays the target's
             if q is not None:
                 tok = sample_from_probs(q, generator)  # [B] drawn from exactly the q we return
                 probs.append(q)
@@ -237,7 +245,7 @@ class EagleDrafter(Drafter):
                 g = self._step(g[:, None], tok[:, None], torch.ones_like(tok[:, None], dtype=torch.bool))[:, 0]
                 self.cursor += 1
         self.cursor = start  # tentative slots stay valid until commit rolls them back
-        self.last_tokens = torch.stack(tokens, 1)  # [B, K]
+        self.last_tokens = torch.stack(tokens, 1) if tokens else self.cursor.new_zeros(len(start), 0)  # [B, K]
         return self.last_tokens, (torch.stack(probs, 1) if probs else None)  # [B, K], [B, K, V] or None
 
     def propose_foreign(self, tokens: torch.Tensor) -> None:

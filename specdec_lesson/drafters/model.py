@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ..kvcache import SlotCache
+from ..lean import make_cache
 from ..sampling import SamplingConfig, as_float, sample_from_probs
 from .base import Drafter
 
@@ -21,14 +21,16 @@ class ModelDrafter(Drafter):
     get a hole on the left.
     """
 
-    def __init__(self, model: torch.nn.Module, *, paged: bool = False) -> None:
+    def __init__(self, model: torch.nn.Module, *, paged: bool = False, lean: bool | None = None) -> None:
+        """``lean``: draft through the lean forward when the model is a supported Llama (``lean.make_cache``)."""
         self.model = model
         self.paged = paged
+        self.lean = lean
         self.forwards = 0
 
     def begin(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, target_hidden: torch.Tensor | None) -> None:
         B, L = prompt_ids.shape
-        self.state = SlotCache(self.model, B, prompt_ids.device, paged=self.paged)
+        self.state = make_cache(self.model, B, prompt_ids.device, lean=self.lean, paged=self.paged)
         holes = not bool(prompt_mask.all())
         if L > 1:
             self.state.forward(prompt_ids[:, :-1], prompt_mask[:, :-1], has_holes=holes, logits_to_keep=1)

@@ -7,7 +7,7 @@ import torch
 from ..drafters import ModelDrafter
 from ..drafters.base import hidden_request
 from ..generation import Clock, Outputs, blame, check_run, eos_of, prepare_inputs
-from ..kvcache import SlotCache
+from ..lean import make_cache
 from ..models import check_same_vocab
 from ..sampling import SamplingConfig, as_float, check_logits
 from ..stats import SpecStats
@@ -36,6 +36,7 @@ def tree_generate(
     target: torch.nn.Module, draft, input_ids, max_new_tokens: int, tree: StaticTree | DynamicTree | HybridTree = _DEFAULT_TREE,
     temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None, generator: torch.Generator | None = None, *,
     eos_token_id=None, attention_mask=None, paged: bool = False, rule: str | None = None, use_kernels: bool | None = None,
+    lean: bool | None = None,
 ) -> tuple[list[torch.Tensor], SpecStats]:
     """Speculative decoding with a token tree per step, exact in distribution (batch size 1).
 
@@ -48,7 +49,9 @@ def tree_generate(
     tokens and a :class:`SpecStats` whose ``k`` is the tree's maximum depth, ``accept_hist`` counts accepted (and
     emitted) depths 0..k, ``alpha`` is accepted / (accepted + steps that ended in a rejection of every child), and
     ``tau`` is tokens per target forward.  Batches of more than one prompt raise ValueError (trees are B = 1 here).
-    ``use_kernels``: KV compaction by the Triton kernel (default: on when CUDA and triton are present)."""
+    ``use_kernels``: KV compaction by the Triton kernel (default: on when CUDA and triton are present).
+    ``lean``: the lean forward for a supported Llama target and model draft (:func:`specdec_lesson.lean.make_cache`;
+    None: ``LEAN_BY_DEFAULT``)."""
     if not isinstance(tree, (StaticTree, DynamicTree, HybridTree)):
         raise ValueError(f"tree must be a StaticTree, a DynamicTree or a HybridTree, got {type(tree).__name__}")
     if rule is not None and (not isinstance(rule, str) or rule not in RULES):
@@ -62,7 +65,7 @@ def tree_generate(
     drafter = _tree_drafter(draft)
     if drafter is None:
         check_same_vocab(target, draft)
-        drafter = ModelDrafter(draft, paged=paged)
+        drafter = ModelDrafter(draft, paged=paged, lean=lean)
     if isinstance(tree, HybridTree) and not isinstance(drafter, HybridTreeDrafter):
         drafter = HybridTreeDrafter(drafter)  # prompt lookup beside the draft
     elif isinstance(drafter, HybridTreeDrafter) and not isinstance(tree, HybridTree):
@@ -73,8 +76,8 @@ def tree_generate(
     out = Outputs(1, max_new_tokens, eos_of(target, eos_token_id))
     forwards0 = drafter.forwards
     t0 = clock()
-    state = SlotCache(target, 1, device, paged=paged, use_kernels=use_kernels,  # Triton KV compaction on CUDA
-                      capacity=ids.shape[1] + max_new_tokens + tree.max_nodes + 1)  # + one tree's nodes
+    state = make_cache(target, 1, device, lean=lean, paged=paged, use_kernels=use_kernels,  # Triton compaction on CUDA
+                       capacity=ids.shape[1] + max_new_tokens + tree.max_nodes + 1)  # + one tree's nodes
     hidden = None
     if ids.shape[1] > 1:
         _, hidden = state.forward(ids[:, :-1], mask[:, :-1], has_holes=not bool(mask.all()), output_hidden=need_hidden)
