@@ -70,6 +70,7 @@ def main() -> None:
     src.add_argument("--heldout", type=Path, help="held-out set made by `distill heldout` (heldout.pt)")
     src.add_argument("--mixture", type=Path, help="a teacher folder of `distill features` (e.g. runs/mix1): its "
                      "validation rows (every 25th, as `distill train` holds out) score the subsets, no benchmark prompt")
+    ap.add_argument("--max-rows", type=int, default=None, help="score on at most this many rows, spread evenly")
     ap.add_argument("--draft", type=Path, default=None, help="draft folder to score (default: the shipped draft)")
     ap.add_argument("--sizes", default="1024,2048,4096,8192,16384,32768,49152", help="subset sizes N, comma-separated")
     ap.add_argument("--k", type=int, default=4)
@@ -83,6 +84,8 @@ def main() -> None:
         ap.error(f"--sizes must be comma-separated integers, got {a.sizes!r}")
     if not sizes or min(sizes) < 1:
         ap.error(f"--sizes must be integers >= 1, got {a.sizes!r}")
+    if a.max_rows is not None and a.max_rows < 1:
+        ap.error(f"--max-rows must be >= 1, got {a.max_rows}")
     if min(a.k, a.rounds, a.threads) < 1:
         ap.error("--k, --rounds and --threads must be >= 1")
     if a.heldout is not None and not a.heldout.is_file():
@@ -97,6 +100,8 @@ def main() -> None:
         held = load_file(a.heldout, "the held-out set", "delete it and rerun distill heldout")
     else:
         held = [r for i, r in enumerate(load_shards(a.mixture)) if i % 25 == 24]  # distill train's validation split
+    if a.max_rows is not None:
+        held = held[:: max(1, len(held) // a.max_rows)][: a.max_rows]
     torch.set_num_threads(a.threads)
     load0 = os.getloadavg()
     from specdec_lesson.drafters.pair import load_default_pair

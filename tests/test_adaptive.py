@@ -213,6 +213,9 @@ def test_sampled_law_matches_target(laws):
     floor lambda >= 4 N TV^2); the planted peeking drafter below (TV about 0.2 on B) is rejected with power ~1.
     Every path runs: plain steps (K = 0, the draft fed later in one catch-up forward), probes, confidence stops,
     lookup steps, mixed lookup / draft steps, K = 0..3."""
+    # The seed was changed after a failure, and so says so: seed 17 gave p = 4e-5 on prompt B (one run at level 1e-3).
+    # Reruns on seed 17 with 24,000 rows of B found no bias (B alone p = 0.23; B in mixed batches p = 0.58), nor did
+    # four other seeds (B: 0.76, 0.02, 0.51, 0.06; A: 0.12, 0.55, 0.38, 0.21); the test now uses seed 1.
     counts, ks, drafters = _sample(seed=1)
     assert set(ks) == {0, 1, 2, 3}
     kinds = sum((d.kinds for d in drafters), Counter())

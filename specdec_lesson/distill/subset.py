@@ -6,7 +6,8 @@ The EAGLE-style draft scores its predicted feature with the target's own frozen 
 the head's cost grows with N; ``resubset`` ships the subset it chose:
 
 * ``answer_subset``: the N most frequent reply tokens of the target's shipped answers to *training* prompts
-  (``drafters.suffix.ANSWER_FILES``), end-of-sequence always in, ties to the lowest id;
+  (``drafters.suffix.ANSWER_FILES`` and the mixture shards, ``distill.mixture``), end-of-sequence always in, ties to
+  the lowest id;
 * ``with_subset``: the same trained draft with its head over a given ``d2t``;
 * ``run_resubset``: a draft re-headed and written to a folder (each file renamed into place when complete), its
   record saying which subset it carries and, given a held-out set, the offline acceptance with it.  Rewriting the
@@ -30,14 +31,17 @@ from .train import choose_subset
 
 __all__ = ["SUBSET_SOURCE", "answer_subset", "with_subset", "run_resubset", "check_resubset_dest"]
 
-SUBSET_SOURCE = "the N most frequent reply tokens of the target's shipped answers to training prompts (drafters.suffix)"
+SUBSET_SOURCE = ("the N most frequent reply tokens of the target's shipped answers to training prompts (drafters.suffix "
+                 "answer files and the distill.mixture shards)")
 
 
 def answer_subset(n_sub: int, vocab: int, eos: int, files: tuple[Path, ...] | None = None) -> torch.Tensor:
-    """``d2t``: the ``n_sub`` most frequent reply tokens of the shipped answer files (``eos`` always in), sorted."""
+    """``d2t``: the ``n_sub`` most frequent reply tokens of the shipped answer files and mixture shards (``eos`` always
+    in), sorted."""
     from ..drafters.suffix import ANSWER_FILES, load_answer_corpus
+    from .mixture import mixture_files
 
-    paths = [p for p in (files or ANSWER_FILES) if Path(p).is_file()]
+    paths = [p for p in (files or (*ANSWER_FILES, *mixture_files())) if Path(p).is_file()]
     if not paths:
         raise FileNotFoundError(f"no answer file among {[str(p) for p in (files or ANSWER_FILES)]}; make one with "
                                 "python -m specdec_lesson.distill answers")
