@@ -64,7 +64,8 @@ and standard-library tokens); re-choosing N by acceptance per millisecond on the
         --lr 5e-4 --n-sub 4096 --unroll 3 --ckpt-every 50 --val-every 100 --bf16 --threads 2
     mkdir -p runs/stage2 && cp specdec_lesson/data/eagle_smollm2.* runs/stage2/   # the stage-2 draft, for "before"
     ln -s ../held4/heldout.pt runs/mix1/heldout.pt       # the curve's held-out scores (never used to choose)
-    python -m specdec_lesson.distill export --out runs/mix1 --n-sub 8192 --curve-every 4 --init-json runs/stage2/eagle_smollm2.json
+    python -m specdec_lesson.distill export --out runs/mix1 --n-sub 8192 --curve-every 4 \
+        --init-json runs/stage2/eagle_smollm2.json
 
 Every file is written to a temporary name and renamed when complete (``atomic_save``), so an
 interrupted run never leaves a shard or checkpoint that passes for complete; rerunning the same
