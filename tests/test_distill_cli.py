@@ -139,6 +139,8 @@ def test_cli_export_refuses_a_fast_checkpoint_and_a_missing_step(fast_data, tmp_
     (["gen", "--sample-every", "-1"], "--sample-every must be"),
     (["gen", "--max-new", "0"], "--max-new must be"),
     (["gen", "--n-code", "0", "--n-math", "0"], "--n-code + --n-math must be >= 1"),
+    (["heldout", "--n-code", "0", "--n-math", "0"], "--n-code + --n-math + --n-requests + --n-chat must be >= 1"),
+    (["heldout", "--n-chat", "-1"], "--n-chat"),
     (["gen", "--seed", "-1"], "--seed must be an integer >= 0 (below 2**63), got -1"),
     (["corpus", "--n", "0"], "--n must be"),
     (["corpus", "--shard-size", "0"], "--shard-size must be"),

@@ -225,8 +225,8 @@ def _check(a) -> None:
             for name in ("n_requests", "n_chat"):
                 check_int(getattr(a, name), "--" + name.replace("_", "-"), lo=0)
         if a.n_code + a.n_math + getattr(a, "n_requests", 0) + getattr(a, "n_chat", 0) < 1:
-            raise UsageError("--n-code + --n-math (+ --n-requests + --n-chat for heldout) must be >= 1: there would be no "
-                             "prompt to answer")
+            flags = "--n-code + --n-math" + (" + --n-requests + --n-chat" if a.cmd == "heldout" else "")
+            raise UsageError(f"{flags} must be >= 1: there would be no prompt to answer")
         pos("max_new")
     if a.cmd == "gen":
         pos("batch")
