@@ -49,24 +49,7 @@ cost not), and the shipped draft carries the 2048 most frequent reply tokens of 
 
     python -m specdec_lesson.distill resubset --n-sub 2048 --heldout runs/s5/heldout.pt --force
 
-Stage 3 (session 13, issue 24) trained the stage-2 draft further on the mixture of prompt styles (``mix``: 30 shards of
-seed 0, 11,520 answers, 2.3M positions, plus both answer files: 2.7M positions; features in bf16 autocast, 82 minutes
-beside other work; training 1000 steps of 4096 padded positions, three unrolled steps, about 36 minutes alone on
-2 threads); its output subset is export's (the 8192 most frequent reply tokens of the training answers, then prompt
-and standard-library tokens); re-choosing N by acceptance per millisecond on the mixture's validation split
-(``benchmarks/draft_vocab.py --mixture runs/mix1``) is the next step::
-
-    python -m specdec_lesson.distill mix --seed 0 --shards 30 --shard-size 384 --batch 64 --max-new 192 --threads 2
-    python -m specdec_lesson.distill features --out runs/mix1 --mixture --bf16 --aux-layers none --threads 2
-    python -m specdec_lesson.distill heldout --out runs/held4 --n-code 12 --n-math 12 --n-requests 12 --n-chat 12 \
-        --max-new 128 --threads 1
-    python -m specdec_lesson.distill train --out runs/mix1 --init specdec_lesson/data --steps 1000 --budget 4096 \
-        --lr 5e-4 --n-sub 4096 --unroll 3 --ckpt-every 50 --val-every 100 --bf16 --threads 2
-    mkdir -p runs/stage2 && cp specdec_lesson/data/eagle_smollm2.* runs/stage2/   # the stage-2 draft, for "before"
-    ln -s ../held4/heldout.pt runs/mix1/heldout.pt       # the curve's held-out scores (never used to choose)
-    python -m specdec_lesson.distill export --out runs/mix1 --n-sub 8192 --curve-every 4 \
-        --init-json runs/stage2/eagle_smollm2.json
-
+Stage 3 (the mixture of prompt styles, ``mix``): the commands are in ``distill.mixture``'s docstring.
 Every file is written to a temporary name and renamed when complete (``atomic_save``), so an
 interrupted run never leaves a shard or checkpoint that passes for complete; rerunning the same
 command resumes: ``gen`` skips finished shards, ``train`` restarts from the last checkpoint (model,

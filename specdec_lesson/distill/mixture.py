@@ -24,6 +24,24 @@ tokenizer.  The shards of seed 0 under ``specdec_lesson/data/mixture`` were made
 beside other work, with::
 
     nice -n 19 python -m specdec_lesson.distill mix --seed 0 --shards 30 --shard-size 384 --batch 64 --max-new 192 --threads 2
+
+Stage 3 (session 13, issue 24) trained the stage-2 draft further on the mixture of prompt styles (``mix``: 30 shards of
+seed 0, 11,520 answers, 2.3M positions, plus both answer files: 2.7M positions; features in bf16 autocast, 82 minutes
+beside other work; training 1000 steps of 4096 padded positions, three unrolled steps, 39 minutes alone on
+2 threads); its output subset is export's (the 8192 most frequent reply tokens of the training answers, then prompt
+and standard-library tokens); re-choosing N by acceptance per millisecond on the mixture's validation split
+(``benchmarks/draft_vocab.py --mixture runs/mix1``) is the next step::
+
+    python -m specdec_lesson.distill mix --seed 0 --shards 30 --shard-size 384 --batch 64 --max-new 192 --threads 2
+    python -m specdec_lesson.distill features --out runs/mix1 --mixture --bf16 --aux-layers none --threads 2
+    python -m specdec_lesson.distill heldout --out runs/held4 --n-code 12 --n-math 12 --n-requests 12 --n-chat 12 \
+        --max-new 128 --threads 1
+    python -m specdec_lesson.distill train --out runs/mix1 --init specdec_lesson/data --steps 1000 --budget 4096 \
+        --lr 5e-4 --n-sub 4096 --unroll 3 --ckpt-every 50 --val-every 100 --bf16 --threads 2
+    mkdir -p runs/stage2 && cp specdec_lesson/data/eagle_smollm2.* runs/stage2/   # the stage-2 draft, for "before"
+    ln -s "$PWD/runs/held4/heldout.pt" runs/mix1/heldout.pt       # the curve's held-out scores (never used to choose)
+    python -m specdec_lesson.distill export --out runs/mix1 --n-sub 8192 --curve-every 4 \
+        --init-json runs/stage2/eagle_smollm2.json
 """
 
 from __future__ import annotations
