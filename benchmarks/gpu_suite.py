@@ -3,9 +3,13 @@
     python benchmarks/gpu_suite.py            # on the GPU machine: benchmarks/results/gpu_suite_<gpu>_<date>.{json,csv}
     python benchmarks/gpu_suite.py --dry-run  # anywhere (CPU): tiny shapes, the same code paths, seconds
 
-Sections (each one is timed and fenced: an exception is recorded in the JSON and the next section runs;
+Sections, in the order they run (``bitexact`` and ``verify_grid`` live in ``benchmarks/gpu_verify.py``;
+each one is timed and fenced: an exception is recorded in the JSON and the next section runs;
 a section that would start past ``--budget-s`` is skipped, and says so):
 
+0. ``bitexact`` (200 random cases of the fused verifier against the torch reference on the GPU and on the
+   CPU, bit for bit) and ``verify_grid`` (the bytes-moved model of notebook 05 beside measured times at
+   B in {1, 16, 64}, V in {32k, 128k}, fp32 and bf16 laws, the bf16 upcast timed on its own).
 1. ``copy``: device-to-device copy bandwidth of a plain tensor copy (``dst.copy_(src)``, 1 GiB):
    every GB/s figure below is also given as a fraction of it.
 2. ``kernels``: the Triton kernels of ``specdec_lesson/kernels`` (``verify_chain_triton``,
@@ -232,6 +236,9 @@ def section_curve(device: str, plan: dict, budget_left: Callable[[], float]) -> 
     timer = (lambda fn: cuda_event_ms(fn, c["warmup"], c["repeats"])) if device == "cuda" else \
         (lambda fn: wall_ms(fn, c["warmup"], c["repeats"]))
     ctx, vocab = c["context"], c["config"]["vocab_size"]
+    import inspect  # transformers < 5.20 names the cache argument past_key_values, later ones cache
+
+    kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
     g = torch.Generator(device="cpu").manual_seed(0)
     rows, skipped = [], []
     for B in c["batches"]:
@@ -243,7 +250,7 @@ def section_curve(device: str, plan: dict, budget_left: Callable[[], float]) -> 
         with torch.inference_mode():
             cache = DynamicCache(config=model.config)
             pos = torch.arange(ctx, device=device).expand(B, -1)
-            model(input_ids=prompt, position_ids=pos, cache=cache, use_cache=True, logits_to_keep=1)
+            model(input_ids=prompt, position_ids=pos, use_cache=True, logits_to_keep=1, **{kw: cache})
             t1 = None
             for n in c["ns"]:
                 ids = new[:, :n]
@@ -251,7 +258,7 @@ def section_curve(device: str, plan: dict, budget_left: Callable[[], float]) -> 
 
                 def fwd(ids=ids, pos_n=pos_n, cache=cache, model=model) -> float:
                     t = time.perf_counter()
-                    model(input_ids=ids, position_ids=pos_n, cache=cache, use_cache=True)  # all n positions' logits
+                    model(input_ids=ids, position_ids=pos_n, use_cache=True, **{kw: cache})  # all n positions' logits
                     host_ms = (time.perf_counter() - t) * 1e3
                     crop_to(cache, ctx)  # metadata only (a view of the first ctx positions)
                     return host_ms
@@ -279,6 +286,16 @@ def section_curve(device: str, plan: dict, budget_left: Callable[[], float]) -> 
 
 
 # ------------------------------------------------------------------------------------- main
+def _gpu_verify():
+    """benchmarks/gpu_verify.py (beside this file), loaded by path so that the suite runs from anywhere."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_verify", Path(__file__).resolve().parent / "gpu_verify.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def run(dry: bool, budget_s: float, sections: list[str]) -> dict:
     device = "cuda" if torch.cuda.is_available() and not dry else "cpu"
     if not dry and device != "cuda":
@@ -313,6 +330,11 @@ def run(dry: bool, budget_s: float, sections: list[str]) -> dict:
                 out = section_tree(device, plan, dry, timer, copy_gbps or section_copy(device, plan, timer)["copy_gbps"])
             elif name == "verify_curve":
                 out = section_curve(device, plan, budget_left)
+            elif name == "verify_grid":
+                out = _gpu_verify().section_verify_grid(device, dry, timer,
+                                                        copy_gbps or section_copy(device, plan, timer)["copy_gbps"])
+            elif name == "bitexact":
+                out = _gpu_verify().section_bitexact(device, dry)
             else:
                 raise ValueError(f"unknown section {name!r}")
         except Exception as exc:  # noqa: BLE001  (one section failing must not cost the others)
@@ -351,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None,
                     help="folder for the JSON and CSV (default benchmarks/results; a dry run: the temporary folder)")
     ap.add_argument("--budget-s", type=float, default=420.0, help="skip sections that would start after this many seconds")
-    ap.add_argument("--sections", default="copy,kernels,tree_attention,verify_curve")
+    ap.add_argument("--sections", default="copy,bitexact,verify_grid,kernels,tree_attention,verify_curve")
     a = ap.parse_args(argv)
     sections = [s.strip() for s in a.sections.split(",") if s.strip()]
     res = run(a.dry_run, a.budget_s, sections)

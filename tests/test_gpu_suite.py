@@ -33,7 +33,8 @@ def test_dry_run_writes_json_and_csv(tmp_path):
     m = res["machine"]
     assert res["dry_run"] is True and m["date"] and m["torch"] and m["transformers"] and "gpu" in m
     secs = res["sections"]
-    assert set(secs) == {"copy", "kernels", "tree_attention", "verify_curve"}
+    assert set(secs) == {"copy", "bitexact", "verify_grid", "kernels", "tree_attention", "verify_curve"}
+    assert secs["bitexact"]["all_correct"] and secs["bitexact"]["rows_checked"] > 0 and secs["verify_grid"]["all_correct"]
     assert all("error" not in s and "skipped" not in s for s in secs.values())
     assert secs["copy"]["copy_gbps"] > 0
     assert {r["name"] for r in secs["kernels"]["rows"]} == {"verify_chain", "tree_attention", "compact_kv"}
