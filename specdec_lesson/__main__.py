@@ -124,9 +124,9 @@ def _demo(args) -> int:
     if d and d["plain_ms"]:
         r = d["plain_rows_max"]
         where = f"plain up to {r} rows, pre-packed beyond" if r else "pre-packed at every width"
-        print(f"fastest form on this CPU: one-token forward {d['plain_ms'][1]:.1f} ms plain, {d['packed_ms'][1]:.1f} ms "
-              f"pre-packed -> {where} "
-              "(plain decoding and verification alike)")
+        fwd = "lean forward" if d.get("forward") == "lean" else "Hugging Face forward"
+        print(f"fastest form on this CPU ({fwd}): one-token forward {d['plain_ms'][1]:.1f} ms plain, "
+              f"{d['packed_ms'][1]:.1f} ms pre-packed -> {where} (plain decoding and verification alike)")
     prompts = {
         "code": format_code_prompt({"prompt": CODE_PROMPT}),
         "math": format_math_prompt({"question": MATH_PROMPT}),

@@ -175,7 +175,7 @@ def test_noisy_probe_warning_says_what_was_measured(monkeypatch):
                     "shows 2-3%), so the plain/pre-packed choice and the timings taken alongside may be unreliable: "
                     "another process may be using the cores, or this machine is noisy; rerun on a quiet machine to be sure")
     assert res["noisy"] and res["spread"] == 0.5
-    monkeypatch.setattr(profiling, "tune_dispatch", lambda target, repeats: res)
+    monkeypatch.setattr(profiling, "tune_dispatch", lambda target, repeats, **kw: res)
     notes: list[str] = []
     loading._tune(model, "cpu", notes)
     assert notes[-1] == f"WARNING: {profiling.noisy_probe_note(0.5)}" and text.endswith(profiling.noisy_probe_note(0.5))

@@ -183,18 +183,29 @@ def _tune(target, device: str, notes: list[str]) -> dict | None:
     """Measure plain against pre-packed weights per forward width and route each width to the faster one."""
     if not str(device).startswith("cpu"):
         return None
-    from ..profiling import noisy_probe_note, tune_dispatch
+    from ..lean.path import tune_engine_dispatch
+    from ..profiling import noisy_probe_note
 
-    d = tune_dispatch(target, repeats=3)
+    d = tune_engine_dispatch(target, repeats=3)
+    target.dispatch_profile = d  # the adaptive method's T(n) and the simulator's calibration read it
     r = d["plain_rows_max"]
     t1 = (d["plain_ms"].get(1), d["packed_ms"].get(1))
     where = f"plain weights up to {r} rows, pre-packed beyond" if r else "pre-packed weights at every width"
-    notes.append(f"fastest plain decoding: one-token forward {t1[0]:.1f} ms plain, {t1[1]:.1f} ms pre-packed on this "
-                 f"machine (medians of 3, interleaved), so every method, ar included, runs {where} "
-                 "(profiling.tune_dispatch)")
-    if d["noisy"]:
-        notes.append(f"WARNING: {noisy_probe_note(d['spread'])}")
-    return {"plain_rows_max": r, "plain_ms": d["plain_ms"], "packed_ms": d["packed_ms"], "spread": d["spread"]}
+    fwd = "the lean forward (specdec_lesson.lean)" if d["forward"] == "lean" else "Hugging Face's forward"
+    notes.append(f"fastest plain decoding: our methods, ar included, run {fwd}; its one-token forward took {t1[0]:.1f} ms "
+                 f"plain, {t1[1]:.1f} ms pre-packed on this machine (medians of 3, interleaved), so it runs {where} "
+                 "(lean.path.tune_engine_dispatch)")
+    if d["forward"] == "lean":
+        h = d["hf"]
+        notes.append(f"Hugging Face's forward (its generate-based methods): one-token forward {h['plain_ms'].get(1):.1f} ms "
+                     f"plain, {h['packed_ms'].get(1):.1f} ms pre-packed")
+    if d["noisy"] or d.get("hf", {}).get("noisy"):
+        notes.append(f"WARNING: {noisy_probe_note(max(d['spread'], d.get('hf', {}).get('spread', 0.0)))}")
+    out = {"forward": d["forward"], "plain_rows_max": r, "plain_ms": d["plain_ms"], "packed_ms": d["packed_ms"],
+           "spread": d["spread"]}
+    if "hf" in d:
+        out["hf"] = {k: d["hf"][k] for k in ("plain_rows_max", "plain_ms", "packed_ms", "spread")}
+    return out
 
 
 def _default_draft(target, notes: list[str]) -> tuple[object, str | None]:

@@ -189,16 +189,17 @@ def measure_step_costs(target, model: Drafter, ids: torch.Tensor, k_max: int, *,
                        max_width: int | None = None) -> StepCosts:
     """:class:`StepCosts` measured on this machine in a few seconds: T(n) for n = 1..``max_width`` (default
     k_max + 1; the load-time dispatch probe's, ``target.dispatch_profile``, when it covers them, else
-    ``profiling.measure_verify_curve``), the draft's a and b from ``tokens``-token runs of ``model`` (a Drafter, or
-    a causal LM) at K = 1 and K = k_max on ``ids`` [1, L] (seconds drafting per step), the overhead from the same
-    runs' other time per step over a plain run's, and catch_up = b (one draft forward, whatever its width)."""
-    from ..profiling import measure_verify_curve
+    ``lean.path.engine_verify_curve``: the forward the engines run), the draft's a and b from ``tokens``-token
+    runs of ``model`` (a Drafter, or a causal LM) at K = 1 and K = k_max on ``ids`` [1, L] (seconds drafting per
+    step), the overhead from the same runs' other time per step over a plain run's, and catch_up = b (one draft
+    forward, whatever its width)."""
+    from ..lean.path import engine_verify_curve
     from ..speculative import autoregressive_generate, speculative_generate
 
     widths = list(range(1, max(max_width or k_max + 1, 2) + 1))
     d = getattr(target, "dispatch_profile", None)
     best = {int(n): ms / 1e3 for n, ms in (d.get("best_ms") or {}).items()} if d else {}
-    curve = best if all(n in best for n in widths) else measure_verify_curve(target, context=128, repeats=3, ns=widths)
+    curve = best if all(n in best for n in widths) else engine_verify_curve(target, widths, context=128, repeats=3)
     autoregressive_generate(target, ids, 4)  # warm-up
     _, ar = autoregressive_generate(target, ids, tokens)
     per_step = {}

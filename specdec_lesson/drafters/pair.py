@@ -15,13 +15,13 @@ def load_default_pair(device: str = "cpu", *, fast: bool = True, verbose: bool =
     """``ModelPair(target, draft, tokenizer)``: SmolLM2-135M-Instruct (its linears pre-packed for
     oneDNN when ``fast`` and on CPU) and the shipped distilled draft, fully offline.
 
-    With ``fast`` and ``tune`` (on CPU), :func:`specdec_lesson.profiling.tune_dispatch` measures plain against
-    pre-packed weights per forward width on this machine (a few seconds) and routes each width to the faster
-    one, so plain decoding and verification both run in their fastest form; what it measured is kept as
-    ``target.dispatch_profile``."""
+    With ``fast`` and ``tune`` (on CPU), :func:`specdec_lesson.lean.path.tune_engine_dispatch` measures plain
+    against pre-packed weights per forward width on this machine (a few seconds; on the forward the engines run)
+    and routes each width to the faster one, so plain decoding and verification both run in their fastest form;
+    what it measured is kept as ``target.dispatch_profile``."""
     target, tok = load_default_target(device, fast=fast, verbose=verbose)
     if fast and tune and str(device).startswith("cpu"):
-        from ..profiling import tune_dispatch
+        from ..lean.path import tune_engine_dispatch
 
-        target.dispatch_profile = tune_dispatch(target, repeats=3, verbose=verbose)
+        target.dispatch_profile = tune_engine_dispatch(target, repeats=3, verbose=verbose)
     return ModelPair(target, load_default_draft(target), tok)

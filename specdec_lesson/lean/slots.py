@@ -23,7 +23,7 @@ from .model import LeanLlama, UnsupportedModelError, lean_model
 
 __all__ = ["LEAN_BY_DEFAULT", "LeanSlotCache", "make_cache"]
 
-LEAN_BY_DEFAULT = False  # engines with lean=None use the lean forward for supported models when True
+LEAN_BY_DEFAULT = True  # engines with lean=None use the lean forward for supported models (False: Hugging Face's)
 
 
 class LeanSlotCache:

@@ -186,9 +186,9 @@ def tune_k(target, draft, ids, probe_tokens: int = 32, probe_k: int = 4) -> tupl
     if d and d.get("best_ms"):
         curve = {int(n): ms / 1e3 for n, ms in d["best_ms"].items()}
     else:
-        from ..profiling import measure_verify_curve
+        from ..lean.path import engine_verify_curve
 
-        curve = measure_verify_curve(target, context=128, repeats=3, ns=list(range(1, 9)))
+        curve = engine_verify_curve(target, list(range(1, 9)), context=128, repeats=3)
     speculative_generate(target, draft, ids, 8, k=probe_k)  # warm-up
     _, st = speculative_generate(target, draft, ids, probe_tokens, k=probe_k)
     if st.proposed == 0 or not st.time_draft > 0:

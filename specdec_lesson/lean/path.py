@@ -1,0 +1,56 @@
+"""Which forward the engines run for a model, and what it costs on this machine.
+
+The engines pick their forward in :func:`~specdec_lesson.lean.slots.make_cache`: the lean one for a supported
+Llama when asked (``lean=True``) or by default (``LEAN_BY_DEFAULT``), else Hugging Face's.  Whatever measures
+the engine's costs (the load-time dispatch probe, the adaptive drafter's T(n), the simulator's calibration) must
+time that same forward, or it feeds the cost model the costs of another program.  This module says which one
+runs (:func:`uses_lean`) and measures it (:func:`engine_verify_curve`, :func:`tune_engine_dispatch`).
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import torch
+
+from . import slots
+from .model import UnsupportedModelError, lean_model, lean_verify_curve, tune_lean_dispatch
+
+__all__ = ["uses_lean", "engine_verify_curve", "tune_engine_dispatch"]
+
+
+def uses_lean(model: torch.nn.Module, lean: bool | None = None) -> bool:
+    """True when ``make_cache(model, ..., lean=lean)`` would run the lean forward (paged caches aside)."""
+    if not (slots.LEAN_BY_DEFAULT if lean is None else lean):
+        return False
+    try:
+        lean_model(model)
+    except UnsupportedModelError:
+        return False
+    return True
+
+
+def engine_verify_curve(model: torch.nn.Module, ns: list[int], context: int = 128, repeats: int = 3,
+                        lean: bool | None = None) -> dict[int, float]:
+    """Median seconds of one forward over n new tokens (batch 1, all n logits, after a ``context``-token cache)
+    for each n in ``ns``, on the forward the engines run (:func:`uses_lean`)."""
+    from ..profiling import measure_verify_curve
+
+    if not uses_lean(model, lean):
+        return measure_verify_curve(model, context=context, repeats=repeats, ns=ns)
+    times = lean_verify_curve(model, ns, context, rounds=repeats)
+    return {n: statistics.median(ts) for n, ts in times.items()}
+
+
+def tune_engine_dispatch(model: torch.nn.Module, repeats: int = 3, *, verbose: bool = True) -> dict:
+    """The plain / pre-packed choice per forward width, measured on this machine for the forward the engines
+    run: ``profiling.tune_dispatch`` (Hugging Face's forward, which the Hugging Face methods keep using), then,
+    when the engines run the lean forward, :func:`~specdec_lesson.lean.model.tune_lean_dispatch` on it.  Returns
+    the engine forward's profile (``plain_ms``, ``packed_ms``, ``plain_rows_max``, ``best_ms``, ``spread``,
+    ``noisy``) with ``forward`` ("lean" or "hf") and, for the lean forward, ``hf`` (Hugging Face's profile)."""
+    from ..profiling import tune_dispatch
+
+    hf = tune_dispatch(model, repeats=repeats, verbose=verbose)
+    if not uses_lean(model):
+        return {**hf, "forward": "hf"}
+    return {**tune_lean_dispatch(model, repeats=repeats), "forward": "lean", "hf": hf}
