@@ -22,24 +22,25 @@ HEADLINE = "bench_default_t0.json"  # the README's matrix
 SVG = ROOT / "docs" / "speedup.svg"
 TIMINGS = RESULTS / "course_timings.json"
 COURSE = {  # notebook -> what a learner takes from it
-    "00_memory_wall": "why decoding is memory-bound: the roofline, your machine's bandwidth and its verify-cost curve "
-                      "T(n)/T(1)",
+    "00_memory_wall": "why decoding is memory-bound: the roofline, your machine's bandwidth, its verify-cost curve "
+                      "T(n) in four forms, and where each millisecond of a decode step goes",
     "01_rejection_sampling": "the accept / residual / bonus rule derived with sympy, checked exactly with fractions and "
                              "by Monte Carlo; the classic bugs and what they distort; S(K); block verification",
     "02_speculative_decoding": "the engine built cell by cell on the real models: the loop, KV caches, the seed page's "
-                               "bugs and their fixes, ragged batches, the statistics of a run",
-    "03_kv_cache_rollback": "rolling a cache back after a rejection: crop, a paged cache with a block table, ragged "
-                            "batches as a valid-slot map",
-    "04_tree_verification": "token trees and tree attention masks, lossless multi-candidate verification, one tree "
-                            "of draft and lookup candidates",
+                               "bugs and their fixes, ragged batches, the statistics of a run; watch your own prompt "
+                               "decode",
+    "03_kv_cache_rollback": "rolling a cache back after a rejection: crop, a static cache where rollback moves a "
+                            "pointer, a paged cache with a block table, ragged batches as a valid-slot map",
+    "04_tree_verification": "token trees and tree attention masks, lossless multi-candidate verification (greedy and "
+                            "at T = 0.7), one tree of draft and lookup candidates",
     "05_triton_kernels": "fused verification, tree attention and KV compaction kernels beside their torch references "
-                         "(the Triton interpreter on a CPU)",
-    "06_latency_simulator": "the latency and speedup simulator with sliders, calibrated on measurements: when "
-                            "speculation pays and when it does not",
-    "07_benchmarks": "the benchmark: code, requests and math against plain decoding, Hugging Face and vLLM, next to "
-                     "published numbers",
+                         "(the Triton interpreter on a CPU), the bytes each path moves, and what an H200 measured",
+    "06_latency_simulator": "the latency and speedup simulator with sliders, calibrated on measurements; predict a "
+                            "speedup, measure it, and see when speculation should be switched off",
+    "07_benchmarks": "the benchmark: code, requests, math and chat against plain decoding, Hugging Face and vLLM, "
+                     "next to published numbers",
     "08_training_a_draft": "distilling the draft: how acceptance grows, why the output layer and the verify curve "
-                           "matter",
+                           "matter; a lab that trains a draft in minutes",
 }
 
 

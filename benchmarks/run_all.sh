@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every committed benchmark result, in one run on a quiet machine (about 105 minutes on 2 CPU cores).
+# Every committed benchmark result, in one run on a quiet machine (about 130 minutes on 2 CPU cores).
 # Every (prompt, method) repeats 3 times, interleaved; tables give medians and spreads.
 #   bash benchmarks/run_all.sh
 set -euo pipefail
@@ -10,16 +10,18 @@ if [ "${1:-}" != "--skip-done" ]; then
   python benchmarks/verify_curve.py --threads 2 --out "$R/verify_curve.json"
   python benchmarks/engine.py --prompts 2 --repeats 3 --out "$R/engine.json"
 fi
-# the headline: three held-out prompt styles (HumanEval-like code, math word problems, free-form function requests)
-python -m specdec_lesson.bench --pair default --task code,math,requests --limit 4 --repeats 3 --k 4 --threads 2 \
-  --method ar,chain,hybrid,hybrid-suffix,hybrid-tree,prompt-lookup,hf,hf-assisted,hf-prompt-lookup --max-new-tokens 96 \
+python benchmarks/lean_vs_hf.py --force  # the lean forward against Hugging Face's: T(n) and plain decoding
+# the headline: four held-out prompt styles (HumanEval-like code, free-form function requests, math word problems,
+# general chat questions), 12 prompts each, 3 interleaved repeats; the adaptive method picks K per step
+python -m specdec_lesson.bench --pair default --task code,requests,math,chat --limit 12 --repeats 3 --k 4 --threads 2 \
+  --method ar,chain,hybrid,adaptive,hybrid-tree,prompt-lookup,hf-prompt-lookup --max-new-tokens 96 \
   --no-progress --force --out "$R/bench_default_t0.json"
 # the K sweep (K = 1..6) for the distilled draft alone and for the hybrid, against the simulator's S(K) in notebook 07
 # (not a bench_*.json: notebook 07's headline stays the run above)
 python -m specdec_lesson.bench --pair default --task code,math --limit 5 --repeats 3 --k 1,2,3,4,5,6 --threads 2 \
   --method ar,chain,hybrid --max-new-tokens 96 --no-progress --force --out "$R/ksweep_default_t0.json"
-python -m specdec_lesson.bench --pair default --task code,math,requests --limit 4 --repeats 3 --k 4 --threads 2 \
-  --method ar,chain,hybrid,hybrid-suffix,hybrid-tree,hf,hf-prompt-lookup --temperature 0.7 --max-new-tokens 96 \
+python -m specdec_lesson.bench --pair default --task code,requests,math,chat --limit 12 --repeats 3 --k 4 --threads 2 \
+  --method ar,chain,hybrid,adaptive --temperature 0.7 --max-new-tokens 96 \
   --no-progress --force --out "$R/bench_default_t07.json"
 python -m specdec_lesson.bench --report "$R/bench_default_t0.json"
 python -m specdec_lesson.bench --report "$R/bench_default_t07.json"

@@ -100,3 +100,70 @@ def test_notebook_01_speedup_slider_updates_figure_in_browser(lab):
         finally:
             ctx.close()
     print(f"\nbrowser test: {time.monotonic() - t0:.1f} s; screenshot {shot}")
+
+
+APP02 = """# the notebook-02 app on the default pair, 16 new tokens (as a learner runs it)
+from specdec_lesson.drafters.eagle import load_default_draft
+from specdec_lesson.lab.app import build_app
+from specdec_lesson.models import load_default_target
+
+target, tok = load_default_target(verbose=False)
+lab = build_app(target, tok, load_default_draft(target), max_new_tokens=16)
+lab
+"""
+PROMPT02 = "Write a Python function that returns the squares of a list of numbers."
+TRACE = """() => {
+  const spans = [...document.querySelectorAll('.jp-OutputArea-output span[data-kind]')];
+  const kinds = {};
+  spans.forEach(s => { kinds[s.dataset.kind] = (kinds[s.dataset.kind] || 0) + 1; });
+  const speed = [...document.querySelectorAll('.jp-OutputArea-output .widget-html')].map(e => e.innerText).join(' ');
+  const box = document.querySelector('.jp-OutputArea-output textarea');
+  return spans.length ? {kinds, speed, prompt: box ? box.value : null,
+                         colours: [...new Set(spans.map(s => getComputedStyle(s).backgroundColor))]} : null;
+}"""
+
+
+def test_notebook_02_app_decodes_a_typed_prompt_in_browser(lab):
+    """Type a prompt into notebook 02's app, press Run: the coloured trace (accepted drafts green, the target's tokens
+    blue) and the plain-against-speculative tokens/s appear in the page."""
+    from playwright.sync_api import sync_playwright
+
+    url, tmp = lab
+    nb = json.loads(SOURCE.read_text())
+    setup = next(c for c in nb["cells"] if c["cell_type"] == "code")
+    cells = [{**setup, "outputs": [], "execution_count": None},
+             {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None, "source": APP02}]
+    (tmp / "root" / "02_app.ipynb").write_text(json.dumps({**nb, "cells": cells}))
+    t0, shot = time.monotonic(), tmp / "notebook02_app.png"
+    with sync_playwright() as pw:
+        ctx = pw.chromium.launch_persistent_context(str(tmp / "profile"), executable_path=CHROMIUM, headless=True,
+                                                    args=FLAGS, viewport={"width": 1400, "height": 1100})
+        try:
+            page = ctx.new_page()
+            page.set_default_timeout(BUDGET_S * 1000)
+            page.goto(f"{url}/lab/tree/02_app.ipynb")
+            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
+            _wait(lambda: _kernel_ready(page), 120, "the notebook's kernel")
+            page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+            page.locator("li[data-command='runmenu:run-all']").click()
+            _wait(lambda: page.evaluate(DONE), BUDGET_S, "all cells to finish")
+            box = page.locator(".jp-OutputArea-output textarea").first
+            box.scroll_into_view_if_needed()
+            box.fill(PROMPT02)  # the learner types their own prompt
+            page.locator(".jp-OutputArea-output button", has_text="Run").first.click()
+            got = _wait(lambda: (lambda d: d if d and "speedup" in d["speed"] else None)(page.evaluate(TRACE)),
+                        BUDGET_S, "the trace and the speed panel")
+            assert got["prompt"] == PROMPT02
+            assert got["kinds"].get("target", 0) >= 1 and got["kinds"].get("accepted", 0) >= 1, got["kinds"]
+            assert "rgb(201, 242, 201)" in got["colours"] and "rgb(207, 224, 252)" in got["colours"]  # green, blue
+            assert "tokens/s" in got["speed"] and "plain decoding" in got["speed"]
+            page.locator(".jp-OutputArea-output span[data-kind]").first.scroll_into_view_if_needed()
+            page.screenshot(path=str(shot), full_page=False)
+            assert shot.stat().st_size > 10_000
+        except Exception:
+            page.screenshot(path=str(tmp / "failure.png"))
+            print(f"\nbrowser test failed; screenshot {tmp / 'failure.png'}, server log {tmp / 'jupyter.log'}")
+            raise
+        finally:
+            ctx.close()
+    print(f"\nbrowser test (notebook 02 app): {time.monotonic() - t0:.1f} s; screenshot {shot}")

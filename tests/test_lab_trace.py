@@ -255,7 +255,7 @@ def test_app_offers_the_adaptive_drafter(target):
     name = [n for n in options if n.startswith("adaptive")]
     assert len(name) == 1 and "adaptive" not in "".join(default_drafters(target, _eagle(target)))  # no probe: no option
     lab = DecodeLab(target, tok, options, prompt="abc abc abc abc ab", max_new_tokens=16, k=3)
-    lab.drafter.value = name[0]
+    assert lab.drafter.value == name[0]  # the app's default drafter
     result = lab.run()
     assert result.spec_tokens == result.plain_tokens  # greedy, float64: exact
     assert result.trace.tokens(0) == result.spec_tokens

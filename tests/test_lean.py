@@ -379,3 +379,30 @@ def test_real_target_logits_hidden_and_greedy_outputs():
             ref = [x.tolist() for x in ar]
         assert [x.tolist() for x in ar] == [x.tolist() for x in spec] == ref
         assert stats.accepted > 0
+
+
+def test_decode_breakdown_parts_and_floors():
+    """decode_breakdown: the three timed parts plus the rest add up to the whole step; each floor is its bytes over the
+    bandwidth (the projections' bytes are every layer's fused weights, the head's the tied embedding); bad input fails."""
+    from specdec_lesson.lean import decode_breakdown
+
+    model = _tiny(torch.float32)
+    lean = lean_model(model)
+    bw = 1e10
+    res = decode_breakdown(model, bw, context=16, repeats=3)
+    parts = res["parts"]
+    assert set(parts) == {"projections", "attention", "lm_head", "rest"}
+    assert abs(sum(p["ms"] for p in parts.values()) - res["total_ms"]) < 1e-9
+    assert all(parts[k]["ms"] > 0 for k in ("projections", "attention", "lm_head")) and res["total_ms"] > 0
+    cfg = model.config
+    per_layer = (cfg.hidden_size * (cfg.num_attention_heads + 2 * cfg.num_key_value_heads) * lean.head_dim
+                 + cfg.num_attention_heads * lean.head_dim * cfg.hidden_size + 3 * cfg.hidden_size * cfg.intermediate_size)
+    assert parts["projections"]["bytes"] == cfg.num_hidden_layers * per_layer * 4
+    assert parts["lm_head"]["bytes"] == cfg.vocab_size * cfg.hidden_size * 4
+    assert parts["attention"]["bytes"] == 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * 17 * lean.head_dim * 4
+    for p in parts.values():
+        assert p["floor_ms"] == pytest.approx(p["bytes"] / bw * 1e3)
+    with pytest.raises(ValueError, match="bandwidth"):
+        decode_breakdown(model, 0.0)
+    with pytest.raises(ValueError, match="context and repeats"):
+        decode_breakdown(model, bw, context=0)

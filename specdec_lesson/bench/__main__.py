@@ -35,7 +35,7 @@ from .journal import free_name, sigterm_as_interrupt
 
 __all__ = ["main", "build_parser"]
 
-DEFAULT_METHODS = "ar,chain,prompt-lookup,hf,hf-assisted,hf-prompt-lookup"
+DEFAULT_METHODS = "ar,adaptive,chain,prompt-lookup,hf,hf-assisted,hf-prompt-lookup"
 
 
 _UsageError = UsageError

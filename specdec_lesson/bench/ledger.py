@@ -16,6 +16,7 @@ __all__ = ["STYLES", "MATRIX_METHODS", "machine_line", "matrix", "file_table", "
 
 STYLES = ("code", "requests", "math", "chat")  # the order of columns; a style absent from a file is left out
 MATRIX_METHODS = (  # (label in the results file, what the reader calls it)
+    ("adaptive-k4", "**adaptive** (the default: the hybrid, drafting chosen per step)"),
     ("chain-k4", "draft alone (`chain`, K = 4)"),
     ("prompt-lookup-k4", "prompt lookup (`prompt-lookup`, K = 4)"),
     ("hybrid-k4", "draft + prompt lookup (`hybrid`, K = 4)"),
@@ -87,7 +88,7 @@ def matrix_svg(results: dict, methods=MATRIX_METHODS, title: str = "") -> str:
     styles = _styles(results)
     rows = {(r["task"], r["label"]): r for r in results["per_task"]}
     methods = [(lab, name) for lab, name in methods if any((s, lab) in rows for s in styles)]
-    colours = ["#4c78a8", "#f58518", "#54a24b", "#e45756", "#b279a2", "#9d755d"]
+    colours = ["#4c78a8", "#f58518", "#54a24b", "#e45756", "#b279a2", "#9d755d", "#72b7b2"]
     top = max([1.0] + [max(r.get("speedup_ci") or [r["speedup"] or 0]) for (s, lab), r in rows.items()
                        if any(lab == m for m, _ in methods)])
     top = float(int(top * 2) + 1) / 2  # the next 0.5 above every whisker
@@ -121,7 +122,7 @@ def matrix_svg(results: dict, methods=MATRIX_METHODS, title: str = "") -> str:
     for j, (_, name) in enumerate(methods):
         yy = h + 4 + 18 * j
         out.append(f'<rect x="{left}" y="{yy}" width="12" height="12" fill="{colours[j % len(colours)]}"/>'
-                   f'<text x="{left + 18}" y="{yy + 10}">{html.escape(name.replace("`", ""))}</text>')
+                   f'<text x="{left + 18}" y="{yy + 10}">{html.escape(name.replace("`", "").replace("**", ""))}</text>')
     out.append("</svg>")
     return "\n".join(out) + "\n"
 

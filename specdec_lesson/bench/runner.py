@@ -21,6 +21,7 @@ from . import tasks as T
 from .loading import PAIRS, CharTokenizer, Loaded, load_models
 from .methods import REGISTRY, check_methods, k_methods, largest_step, runs_on
 from .metrics import AR_LABEL, prompt_table, task_table
+from .paired import repeat_spread
 from .results import RESULTS_FORMAT, _git_revision, load_results, machine_info, write_results
 from .sandbox import check_code_reply, missing_protections_note
 
@@ -36,7 +37,8 @@ K_METHODS = k_methods()
 @dataclass
 class BenchSettings:
     tasks: list[str] = field(default_factory=lambda: ["code", "math"])
-    methods: list[str] = field(default_factory=lambda: ["ar", "chain", "prompt-lookup", "hf", "hf-assisted", "hf-prompt-lookup"])
+    methods: list[str] = field(default_factory=lambda: ["ar", "adaptive", "chain", "prompt-lookup", "hf", "hf-assisted",
+                                                        "hf-prompt-lookup"])
     ks: list[int] = field(default_factory=lambda: [4])
     max_new_tokens: int = 128
     temperature: float = 0.0
@@ -223,6 +225,7 @@ def run_benchmark(loaded: Loaded, s: BenchSettings, *, progress: bool = True, jo
     results["runs"] = runs
     results["per_prompt"] = prompt_table(runs)
     results["per_task"] = task_table(runs)
+    results["repeat_spread"] = repeat_spread(runs)  # the run-to-run noise of identical work, quoted once per file
     results["complete"] = True
     if runs_on("vllm", (m for _, m, _ in labels)):
         from .vllm_engine import add_vllm_speedups

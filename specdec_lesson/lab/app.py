@@ -16,7 +16,6 @@ more entry.  The only module of the package with ipywidgets besides ``sim.widget
 from __future__ import annotations
 
 import html
-import importlib.util
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -43,15 +42,14 @@ DEFAULT_PROMPT = CODE_TEMPLATE.format(prompt='''def count_vowels(text: str) -> i
     """
 ''')
 DrafterFactory = Callable[[int], Drafter]
-_PACKAGE = __package__.rsplit(".", 1)[0]  # specdec_lesson
 
 
 def default_drafters(target: torch.nn.Module, draft: Drafter | None = None, *,
                      probe_ids: torch.Tensor | None = None) -> dict[str, DrafterFactory]:
-    """``{name: factory(k)}``: the shipped distilled draft (``draft``, loaded for ``target`` on first use when None),
-    prompt lookup, and the hybrid of both; plus the adaptive drafter (``drafters.adaptive.AdaptiveDrafter`` over the
-    hybrid, K chosen per step up to k) when that module exists, its step costs measured on ``probe_ids`` [1, L]
-    (a few seconds, the first time each K is used)."""
+    """``{name: factory(k)}``: first (the app's default) the adaptive drafter (``drafters.adaptive.AdaptiveDrafter``
+    over the hybrid, K chosen per step up to k; only when ``probe_ids`` [1, L] is given: its step costs are measured
+    on it, a few seconds the first time each K is used), then the shipped distilled draft (``draft``, loaded for
+    ``target`` on first use when None), prompt lookup, and the hybrid of both."""
     cache: dict = {} if draft is None else {"eagle": draft}
 
     def eagle(k: int) -> Drafter:
@@ -64,13 +62,14 @@ def default_drafters(target: torch.nn.Module, draft: Drafter | None = None, *,
     def hybrid(k: int) -> Drafter:
         return HybridDrafter(eagle(k), lookup_k=max(8, k))
 
-    options: dict[str, DrafterFactory] = {
+    options: dict[str, DrafterFactory] = {}
+    if probe_ids is not None:  # the adaptive drafter needs a prompt to measure its step costs on
+        options["adaptive: K per step, up to K"] = _adaptive_factory(target, eagle, hybrid, probe_ids, cache)  # default
+    options.update({
         "distilled draft (EAGLE-style)": eagle,
         "prompt lookup": lambda k: PromptLookupDrafter(),
         "hybrid: draft + prompt lookup": hybrid,
-    }
-    if probe_ids is not None and importlib.util.find_spec(f"{_PACKAGE}.drafters.adaptive") is not None:
-        options["adaptive: K per step, up to K"] = _adaptive_factory(target, eagle, hybrid, probe_ids, cache)
+    })
     return options
 
 
