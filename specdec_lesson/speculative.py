@@ -26,7 +26,7 @@ from .drafters.base import hidden_request
 from .generation import Clock, Outputs, blame, check_run, eos_of, prepare_inputs
 from .lean import make_cache
 from .models import check_same_vocab
-from .sampling import SamplingConfig, as_float, sample_from_probs
+from .sampling import SamplingConfig, as_float, check_logits, sample_from_probs
 from .stats import SpecStats
 from .verify import VERIFY_RULES, draw_verify_randoms, race_sample, verify_block_from_randoms, verify_chain_from_randoms
 
@@ -153,6 +153,9 @@ def speculative_generate(
     pending = ids[:, -1:]  # [B, 1]
     stats.time_prefill = clock() - t0
     step = 0
+    # greedy with the chain rule: no law is materialised and no random number drawn, as in plain greedy decoding
+    # (the block rule, the Triton kernel and an ``observe`` hook get the laws as at T > 0)
+    greedy_fast = sampling.greedy and verify != "block" and not kernels and observe is None
     while not out.all_done:
         t1 = clock()
         step += 1
@@ -166,22 +169,26 @@ def speculative_generate(
         since = state.num_slots
         logits, hidden = state.forward(torch.cat([pending, draft_tokens], 1), output_hidden=need_hidden)  # [B, K+1, V]
         stats.target_forwards += 1
-        target_probs = sampling.probs(as_float(logits), "target", step)  # [B, K+1, V]; NaN logits raise
-        if K == 0:  # nothing proposed: a plain step
-            num_accepted = torch.zeros(B, dtype=torch.long, device=device)
-            _, expo = draw_verify_randoms(B, 0, V, device=device, dtype=target_probs.dtype, generator=generator)
-            next_token = race_sample(target_probs[:, 0], expo)  # [B]
+        if greedy_fast:  # T = 0: the verification below with one-hot laws, computed from the argmax alone
+            num_accepted, next_token = _greedy_verify(logits, draft_tokens, step)
         else:
-            if draft_probs is None:  # deterministic drafter: q is one-hot
-                draft_probs = torch.nn.functional.one_hot(draft_tokens, V).to(target_probs.dtype)  # [B, K, V]
-            if observe is not None:
-                observe(target_probs, draft_probs, draft_tokens)
-            uni, expo = draw_verify_randoms(B, K, V, device=device, dtype=target_probs.dtype, generator=generator)
-            if verify == "block":
-                verify_fn = verify_block_from_randoms
+            target_probs = sampling.probs(as_float(logits), "target", step)  # [B, K+1, V]; NaN logits raise
+            if K == 0:  # nothing proposed: a plain step
+                num_accepted = torch.zeros(B, dtype=torch.long, device=device)
+                _, expo = draw_verify_randoms(B, 0, V, device=device, dtype=target_probs.dtype, generator=generator)
+                next_token = race_sample(target_probs[:, 0], expo)  # [B]
             else:
-                verify_fn = _triton_verify if kernels else verify_chain_from_randoms
-            num_accepted, next_token = verify_fn(target_probs, draft_probs.to(target_probs.dtype), draft_tokens, uni, expo)
+                if draft_probs is None:  # deterministic drafter: q is one-hot
+                    draft_probs = torch.nn.functional.one_hot(draft_tokens, V).to(target_probs.dtype)  # [B, K, V]
+                if observe is not None:
+                    observe(target_probs, draft_probs, draft_tokens)
+                uni, expo = draw_verify_randoms(B, K, V, device=device, dtype=target_probs.dtype, generator=generator)
+                if verify == "block":
+                    verify_fn = verify_block_from_randoms
+                else:
+                    verify_fn = _triton_verify if kernels else verify_chain_from_randoms
+                num_accepted, next_token = verify_fn(target_probs, draft_probs.to(target_probs.dtype), draft_tokens,
+                                                     uni, expo)
         host = torch.cat([num_accepted[:, None], next_token[:, None], draft_tokens], 1).tolist()  # one sync per step
         t3 = clock()
         active = [not d for d in out.done]
@@ -200,6 +207,17 @@ def speculative_generate(
         stats.time_other += t4 - t3
     stats.draft_forwards = drafter.forwards - draft_forwards0
     return out.tensors(device), stats
+
+
+def _greedy_verify(logits: torch.Tensor, draft_tokens: torch.Tensor, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``verify_chain`` at T = 0, where p is one-hot on the argmax (ties to the lowest id): draft x passes iff it is
+    the argmax, and the token after the accepted prefix (residual or bonus) is the argmax there.  Returns
+    ``(num_accepted [B], next_token [B])`` equal to the full verification's (tests/test_speculative.py)."""
+    check_logits(logits, "target", step)  # NaN logits raise, as sampling.probs would
+    best = logits.argmax(-1)  # [B, K+1] the first maximal index, as logits_to_probs' one-hot
+    K = draft_tokens.shape[1]
+    num_accepted = (draft_tokens == best[:, :K]).long().cumprod(-1).sum(-1)  # [B]
+    return num_accepted, best.gather(1, num_accepted[:, None]).squeeze(1)
 
 
 def _triton_verify(target_probs, draft_probs, draft_tokens, uniforms, exponentials):

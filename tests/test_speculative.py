@@ -9,7 +9,7 @@ import torch
 
 from specdec_lesson.drafters import ModelDrafter, PromptLookupDrafter, noisy_copy
 from specdec_lesson.models import tiny_llama
-from specdec_lesson.sampling import logits_to_probs
+from specdec_lesson.sampling import SamplingConfig, logits_to_probs
 from specdec_lesson.speculative import autoregressive_generate, prepare_inputs, speculative_generate
 from specdec_lesson.stats import chi_square_test
 
@@ -209,3 +209,28 @@ def test_engine_refuses_a_proposal_past_the_budget(pair):
 
     with pytest.raises(RuntimeError, match="proposed 5 drafts, more than the 2 this step allows"):
         speculative_generate(target, TooLong(), [PROMPTS[0]], 3, k=2)
+
+
+def test_greedy_fast_verification_equals_the_full_rule():
+    """At T = 0 the engine skips the laws and the random numbers (speculative._greedy_verify): it must give the chain
+    rule's result with one-hot laws, ties to the lowest id included, whatever the random numbers would have been."""
+    from specdec_lesson.speculative import _greedy_verify
+    from specdec_lesson.verify import draw_verify_randoms, verify_chain_from_randoms
+
+    g = torch.Generator().manual_seed(0)
+    sampling = SamplingConfig(0.0)
+    for trial in range(200):
+        B, K, V = 1 + trial % 4, 1 + trial % 5, 3 + trial % 7
+        logits = torch.randint(0, 3, (B, K + 1, V), generator=g).float()  # [B, K+1, V] few values: many ties
+        best = logits.argmax(-1)  # [B, K+1]
+        drafts = torch.where(torch.rand(B, K, generator=g) < 0.6, best[:, :K], torch.randint(0, V, (B, K), generator=g))
+        p = sampling.probs(logits)  # [B, K+1, V] one-hot on the first maximum
+        q = torch.nn.functional.one_hot(drafts, V).float()  # [B, K, V]
+        uni, expo = draw_verify_randoms(B, K, V, generator=g)
+        n_ref, nxt_ref = verify_chain_from_randoms(p, q, drafts, uni, expo)
+        n, nxt = _greedy_verify(logits, drafts, trial)
+        assert torch.equal(n, n_ref) and torch.equal(nxt, nxt_ref), (trial, logits, drafts)
+    bad = torch.zeros(1, 2, 5)
+    bad[0, 1, 2] = float("nan")
+    with pytest.raises(ValueError, match="NaN|non-finite|finite"):
+        _greedy_verify(bad, torch.zeros(1, 1, dtype=torch.long), 3)

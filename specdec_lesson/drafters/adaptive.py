@@ -13,6 +13,9 @@ draft's confidence and the measured :class:`~.adaptive_policy.StepCosts`); this 
   the same rule cuts the proposal, reading only the laws q, never the drawn tokens' values;
 * a ``HybridDrafter`` is unpacked: its lookup proposes (free, one-hot) where every row's history repeats, the
   policy choosing how many of the lookup's tokens to verify; mixed rows take the lookup's tokens as it does;
+* a measured check (:class:`StepRates`): the policy's cost model predicts, the run's own wall-clock times decide;
+  when the steps that ran the draft emitted fewer tokens per second than plain steps, the draft is left alone
+  (until the next probe) whatever the prediction says;
 * exploration: a probe (one draft) after the policy's ``probe_every`` plain steps in a row.  Keeping the draft's
   confidence live during plain steps would cost one draft forward per step (1-3 ms against a 50 ms target step
   on the default pair, 2-6%): more than a periodic probe whose worst case is held under 2% of the plain time.
@@ -24,6 +27,7 @@ the target's (``toy_adaptive`` enumerates it exactly; ``tests/test_adaptive.py``
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 
 import torch
@@ -32,7 +36,31 @@ from ..sampling import SamplingConfig
 from .adaptive_policy import SpeculationPolicy, StepCosts
 from .base import Drafter
 
-__all__ = ["AdaptiveDrafter", "measure_step_costs"]
+__all__ = ["AdaptiveDrafter", "StepRates", "measure_step_costs"]
+
+
+class StepRates:
+    """Tokens per second measured on the run's own steps, for steps that ran the draft model and for plain steps
+    (sums decayed by ``decay`` at each step of the same group).  The cost model predicts; this checks: when the
+    steps that consult the draft emit fewer tokens per second than plain steps, drafting is switched off whatever
+    the model says (the check is made of past steps' wall-clock times, so the output law stays the target's).  The
+    plain rate starts from the measured T(1) (``prior_steps`` steps of it); the draft's needs ``min_steps`` steps."""
+
+    def __init__(self, t1: float, decay: float = 0.95, prior_steps: float = 2.0, min_steps: float = 3.0) -> None:
+        self.decay, self.min_steps = decay, min_steps
+        self.sums = {"model": [0.0, 0.0, 0.0], "plain": [prior_steps, prior_steps * t1, prior_steps]}  # tokens, s, steps
+
+    def add(self, group: str, tokens: float, seconds: float) -> None:
+        g = self.sums[group]  # each group forgets at its own pace: its rate is that of its own recent steps
+        g[:] = [v * self.decay for v in g]
+        g[0], g[1], g[2] = g[0] + tokens, g[1] + seconds, g[2] + 1.0
+
+    def rate(self, group: str) -> float:
+        tok, sec, _ = self.sums[group]
+        return tok / sec if sec > 0 else 0.0
+
+    def drafting_loses(self) -> bool:
+        return self.sums["model"][2] >= self.min_steps and self.rate("model") < self.rate("plain")
 
 
 class AdaptiveDrafter(Drafter):
@@ -61,6 +89,8 @@ class AdaptiveDrafter(Drafter):
         self.default_k = self.k_max
         self.kinds: Counter = Counter()  # steps per kind: plain, probe, draft, lookup
         self.catch_ups = 0  # forwards feeding the draft what it skipped
+        self.rates = StepRates(costs.T(1))  # measured tokens/s of steps with and without the draft model
+        self._open: tuple[str, float, float] | None = None  # the step in progress: (group, start time, tokens)
 
     @property
     def forwards(self) -> int:  # draft model forwards
@@ -73,6 +103,7 @@ class AdaptiveDrafter(Drafter):
         self.buffer: list[list[int]] = [[] for _ in self.history]  # tokens the draft has not been fed (plain steps)
         self.buffer_hidden: list[list[torch.Tensor]] = [[] for _ in self.history]  # their target features [n, H]
         self.policy.behind = False
+        self._open = None
 
     def max_proposal(self, k: int) -> int:
         return max(self.k_max, self.lookup_k or 0)
@@ -85,6 +116,10 @@ class AdaptiveDrafter(Drafter):
 
     @torch.inference_mode()
     def propose_within(self, k: int, limit: int, sampling: SamplingConfig, generator: torch.Generator | None):
+        now = time.perf_counter()
+        if self._open is not None and self._open[0] in self.rates.sums:  # the last step, start to start
+            self.rates.add(self._open[0], self._open[2], now - self._open[1])
+        self._open, self._forwards0 = ("lookup", now, 0.0), self.model.forwards
         B, kcap = len(self.history), min(self.k_max, limit)
         found: list[list[int]] = [[] for _ in range(B)]
         if self.lookup is not None:
@@ -99,6 +134,11 @@ class AdaptiveDrafter(Drafter):
                                      device=self.device).reshape(B, K)  # [B, K] deterministic: q is one-hot
             return self.last, None
         plan = self.policy.start(kcap, self.sources)
+        if plan and not self.policy.cur.forced and self.policy.plain_streak + 1 < self.policy.probe_every \
+                and self.rates.drafting_loses():  # measured: the draft's steps are slower than plain ones
+            plan = self.policy.cur.plan = 0
+            self.policy.cur.note += (f"; measured: steps with the draft {self.rates.rate('model'):.1f} tokens/s, "
+                                     f"plain steps {self.rates.rate('plain'):.1f}: plain")
         if plan == 0:
             self.kind = "plain"
             if not self.defers:  # the draft keeps its state only by drafting: one token, never proposed
@@ -165,6 +205,9 @@ class AdaptiveDrafter(Drafter):
         K = self.last.shape[1]
         self.kinds[self.kind] += 1
         self.policy.finish(K, n)
+        if self._open is not None:  # timed until the next proposal; tokens per row emitted by this step
+            group = "lookup" if self.kind == "lookup" else "plain" if self.model.forwards == self._forwards0 else "model"
+            self._open = (group, self._open[1], sum(n) / len(n) + 1.0)
         for b, row in enumerate(self.history):
             row.extend(last[b][:n[b]] + [nxt[b]])
         if self.kind in ("draft", "probe", "shadow") or (K == 0 and not self.defers):
@@ -211,6 +254,7 @@ def measure_step_costs(target, model: Drafter, ids: torch.Tensor, k_max: int, *,
     a = max(per_step[1][0], 0.0)
     b = max((per_step[k_max][0] - a) / (k_max - 1), 0.0) if k_max > 1 else a
     overhead = max(0.0, min(o for _, o in per_step.values()) - ar.time_other / max(ar.row_steps, 1))
-    ts = [curve[n] for n in widths]
-    ts = [max(ts[: i + 1]) for i in range(len(ts))]  # non-decreasing: a wider forward never costs less
-    return StepCosts(tuple(ts), a, b, overhead=overhead, catch_up=b)
+    # as measured at each width, not forced non-decreasing: a form's curve can dip (plain weights: a slow GEMM for
+    # 2-3 rows, a faster one from 4), and the engine pays what the width it runs costs; but never below T(1): a
+    # wider forward reads the same weights, and a dip under T(1) is the probe's noise
+    return StepCosts(tuple(max(curve[n], curve[1]) for n in widths), a, b, overhead=overhead, catch_up=b)

@@ -104,7 +104,8 @@ def choose_k(costs: StepCosts, alpha: float | Sequence[float], k_max: int, *, re
 class AcceptanceStats:
     """Acceptance counts per depth and per confidence bin, discounted by ``decay`` per step, with a Beta prior.
 
-    alpha(j) = (acc_j + w m) / (seen_j + w), prior mean m, weight w; given the draft's confidence c (its law's top
+    alpha(j) = (acc_j + w m_j) / (seen_j + w), prior weight w, prior mean m_1 = ``prior_mean`` and m_j = alpha(j-1)
+    below the root; given the draft's confidence c (its law's top
     probability at that position), alpha(c) = (acc_bin + w_c c) / (seen_bin + w_c): the confidence is the prior."""
 
     EDGES = (0.2, 0.4, 0.6, 0.8, 0.9, 0.97)
@@ -125,9 +126,14 @@ class AcceptanceStats:
         return new
 
     def alpha(self, depth: int) -> float:
-        """Estimated acceptance at ``depth`` (1-based; depths past the tracked ones share the deepest)."""
-        j = min(depth, self.depths) - 1
-        return (self.acc[j] + self.prior_weight * self.prior_mean) / (self.seen[j] + self.prior_weight)
+        """Estimated acceptance at ``depth`` (1-based; depths past the tracked ones share the deepest).  Depth 1
+        shrinks towards ``prior_mean``, each deeper depth towards the estimate of the depth above it: a depth
+        rarely reached inherits what the run saw nearer the root, not the prior (a draft that is accepted 30% of
+        the time at depth 1 is not assumed 50% at depth 4)."""
+        mean = self.prior_mean
+        for j in range(min(depth, self.depths)):
+            mean = (self.acc[j] + self.prior_weight * mean) / (self.seen[j] + self.prior_weight)
+        return mean
 
     def alpha_given(self, confidence: float) -> float:
         """Estimated acceptance of a draft whose law's top probability is ``confidence``."""
