@@ -305,7 +305,8 @@ def test_step_rates_switch_drafting_off_only_when_measured_slower():
     r = StepRates(t1=0.030)  # plain steps start at 1 token per 30 ms
     for _ in range(2):
         r.add("model", 1.0, 0.040)  # drafting steps that emit 1 token in 40 ms
-    assert not r.drafting_loses()  # too few steps of its own yet
+    assert not r.drafting_loses()  # too few steps of its own yet (a decayed count of 1.95 < 3)
+    r.add("model", 1.0, 0.040)
     r.add("model", 1.0, 0.040)
     assert r.drafting_loses() and r.rate("model") < r.rate("plain")
     for _ in range(40):
