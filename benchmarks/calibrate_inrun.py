@@ -13,7 +13,8 @@ Pure arithmetic on committed files, no model and no timing (a second or two):
    median over repeats of the repeat's throughput over ``ar``'s).  Chain labels, and hybrid labels (verify cost from
    their ``verify_hist``, draft cost per draft forward; see ``runcost``).  The old probe profile
    (``calibration.json``, measured on an AMD EPYC) predicts the same chain prompts from the same tau, for comparison.
-3. Per machine kind (all its files' runs pooled): the alpha that 2.5x needs (decode only, as notebook 06 asked it),
+3. Per machine kind (the runs of its files that timed the same forward as its first file pooled: the lean forward's
+   step costs are not Hugging Face's): the alpha that 2.5x needs (decode only, as notebook 06 asked it),
    and ``draft_vocab.json``'s predicted speedups redone with the AMD in-run costs, the draft's in-run cost scaled by
    each subset's measured ms per token over the shipped subset's.
 
@@ -55,6 +56,12 @@ def _load(results: Path, name: str, kind: str) -> dict:
     if d.get("format") != "specdec-bench/1" or not cpu.startswith(kind.split()[0]):
         raise UsageError(f"{path} is not a specdec-bench/1 run on an {kind} (cpu {cpu!r}); restore it from git")
     return d
+
+
+def forward_of(d: dict) -> str:
+    """The target forward a results file timed: 'lean' (``specdec_lesson.lean``) or 'hf' (Hugging Face's, the files
+    written before the lean forward existed, which record no dispatch forward)."""
+    return ((d.get("pair") or {}).get("dispatch") or {}).get("forward") or "hf"
 
 
 def held_out(runs: list[dict], old: Profile | None) -> list[dict]:
@@ -129,21 +136,31 @@ def compute(results: Path = RESULTS) -> dict:
                  "target_speedup": TARGET, "kinds": {}}
     for kind, names in KINDS.items():
         files, all_runs, rows_kind = {}, [], []
+        first = forward_of(_load(results, names[0], kind))
         for name in names:
             d = _load(results, name, kind)
             runs = d["runs"]
             rows = held_out(runs, old)
-            files[name] = {"costs": in_run_costs(runs).to_dict(), "held_out": _errors(rows), "predictions": rows}
-            all_runs += runs
-            rows_kind += rows
+            pooled_here = forward_of(d) == first
+            files[name] = {"forward": forward_of(d), "pooled": pooled_here, "costs": in_run_costs(runs).to_dict(),
+                           "held_out": _errors(rows), "predictions": rows}
+            if pooled_here:  # one baseline per pool: a lean file's step costs are not a Hugging Face file's
+                all_runs += runs
+                rows_kind += rows
         pooled = in_run_costs(all_runs)
         n_max = max(pooled.verify_points)
-        need = alpha_for_speedup(TARGET, pooled, range(1, n_max))
-        need_ext = alpha_for_speedup(TARGET, pooled, range(1, 9))
+        if pooled.draft_fit is not None:
+            ks, ks_ext = list(range(1, n_max)), list(range(1, 9))
+            where, where_ext = f"1..{n_max - 1} (T(K+1) measured or interpolated)", f"1..8 (T(n) beyond n = {n_max} extrapolated)"
+        else:  # chain runs at one K only: no draft-cost fit, so only that K
+            ks = ks_ext = sorted(pooled.draft)
+            where = where_ext = f"{ks} only (chain runs at one K: no fit of the draft's cost in K)"
+        need = alpha_for_speedup(TARGET, pooled, ks)
+        need_ext = alpha_for_speedup(TARGET, pooled, ks_ext)
         out["kinds"][kind] = {
-            "files": files, "costs_pooled": pooled.to_dict(), "held_out": _errors(rows_kind),
-            "alpha_for_2_5x": {**need, "ks": f"1..{n_max - 1} (T(K+1) measured or interpolated)"},
-            "alpha_for_2_5x_k_up_to_8": {**need_ext, "ks": f"1..8 (T(n) beyond n = {n_max} extrapolated)"},
+            "files": files, "forward": first, "costs_pooled": pooled.to_dict(), "held_out": _errors(rows_kind),
+            "alpha_for_2_5x": {**need, "ks": where},
+            "alpha_for_2_5x_k_up_to_8": {**need_ext, "ks": where_ext},
         }
     out["old_probe_profile"] = {
         "file": "calibration.json", "machine": calib.get("machine"),
@@ -154,7 +171,8 @@ def compute(results: Path = RESULTS) -> dict:
                 "prompts as the in-run model (it was probed on an AMD EPYC; on the Intel files it is another machine's)",
     }
     dv = json.loads((results / "draft_vocab.json").read_text())
-    amd = in_run_costs([r for name in KINDS["AMD EPYC"] for r in _load(results, name, "AMD EPYC")["runs"]])
+    amd_files = [_load(results, name, "AMD EPYC") for name in KINDS["AMD EPYC"]]
+    amd = in_run_costs([r for d in amd_files if forward_of(d) == forward_of(amd_files[0]) for r in d["runs"]])
     out["draft_vocab_redone"] = {"machine_kind": "AMD EPYC", **redo_draft_vocab(dv, amd)}
     return out
 
