@@ -134,11 +134,12 @@ def compute(results: Path = RESULTS) -> dict:
     out: dict = {"what": "cost model calibrated on the runs' own counters (specdec_lesson.sim.runcost), "
                          "leave-one-prompt-out predictions vs measured paired speedups (issue 27)",
                  "target_speedup": TARGET, "kinds": {}}
+    pooled_by_kind = {}
     for kind, names in KINDS.items():
         files, all_runs, rows_kind = {}, [], []
-        first = forward_of(_load(results, names[0], kind))
-        for name in names:
-            d = _load(results, name, kind)
+        loaded = {name: _load(results, name, kind) for name in names}
+        first = forward_of(loaded[names[0]])
+        for name, d in loaded.items():
             runs = d["runs"]
             rows = held_out(runs, old)
             pooled_here = forward_of(d) == first
@@ -147,7 +148,7 @@ def compute(results: Path = RESULTS) -> dict:
             if pooled_here:  # one baseline per pool: a lean file's step costs are not a Hugging Face file's
                 all_runs += runs
                 rows_kind += rows
-        pooled = in_run_costs(all_runs)
+        pooled = pooled_by_kind[kind] = in_run_costs(all_runs)
         n_max = max(pooled.verify_points)
         if pooled.draft_fit is not None:
             ks, ks_ext = list(range(1, n_max)), list(range(1, 9))
@@ -171,9 +172,7 @@ def compute(results: Path = RESULTS) -> dict:
                 "prompts as the in-run model (it was probed on an AMD EPYC; on the Intel files it is another machine's)",
     }
     dv = json.loads((results / "draft_vocab.json").read_text())
-    amd_files = [_load(results, name, "AMD EPYC") for name in KINDS["AMD EPYC"]]
-    amd = in_run_costs([r for d in amd_files if forward_of(d) == forward_of(amd_files[0]) for r in d["runs"]])
-    out["draft_vocab_redone"] = {"machine_kind": "AMD EPYC", **redo_draft_vocab(dv, amd)}
+    out["draft_vocab_redone"] = {"machine_kind": "AMD EPYC", **redo_draft_vocab(dv, pooled_by_kind["AMD EPYC"])}
     return out
 
 
