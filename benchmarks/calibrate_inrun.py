@@ -5,7 +5,7 @@
 Pure arithmetic on committed files, no model and no timing (a second or two):
 
 1. Per results file (AMD EPYC: bench_default_t0 + ksweep_default_t0; Intel Xeon: bench_default_t0_intel +
-   bench_autok_t0_intel): the in-run costs of ``specdec_lesson.sim.runcost`` (plain decode step, T(n) with its
+   archive/bench_autok_t0_intel): the in-run costs of ``specdec_lesson.sim.runcost`` (plain decode step, T(n) with its
    monotone fit, the draft's seconds per step and its a + b (K - 1) fit, overhead, prefill).
 2. Held out: leave one prompt out.  For each (task, prompt) of a file, the costs are calibrated on the file's other
    prompts and the prompt's speedup is predicted from its own acceptance counters (tau; and the i.i.d. closed form
@@ -38,7 +38,7 @@ from specdec_lesson.sim.runcost import alpha_for_speedup, in_run_costs, predict
 RESULTS = Path(__file__).resolve().parent / "results"
 OUT = RESULTS / "calibration_inrun.json"
 KINDS = {"AMD EPYC": ("bench_default_t0.json", "ksweep_default_t0.json"),
-         "Intel Xeon": ("bench_default_t0_intel.json", "bench_autok_t0_intel.json")}
+         "Intel Xeon": ("bench_default_t0_intel.json", "archive/bench_autok_t0_intel.json")}
 METHODS = ("chain", "hybrid")
 TARGET = 2.5
 

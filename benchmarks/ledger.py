@@ -46,7 +46,7 @@ COURSE = {  # notebook -> what a learner takes from it
 
 def bench_files() -> list[Path]:
     out = []
-    for path in sorted(RESULTS.glob("*.json")):
+    for path in sorted(RESULTS.glob("*.json")) + sorted(RESULTS.glob("archive/*.json")):  # archived records too
         try:
             res = json.loads(path.read_text())
         except ValueError:

@@ -80,8 +80,11 @@ def test_report_works_offline(tmp_path):
     assert srcs == ["plotly.min.js"] and (tmp_path / "plotly.min.js").stat().st_size > 1_000_000
     assert "cdn.plot.ly" not in text
     committed = ROOT / "benchmarks" / "results"
-    for html in committed.glob("*.html"):
-        assert "cdn.plot.ly" not in html.read_text(), html.name
+    for html in [*committed.glob("*.html"), *committed.glob("archive/*.html")]:
+        page_text = html.read_text()
+        assert "cdn.plot.ly" not in page_text, html.name
+        for src in re.findall(r"<script[^>]*\bsrc=\"([^\"]+)\"", page_text):  # every script resolves offline
+            assert (html.parent / src).is_file(), f"{html.name}: {src}"
     assert (committed / "plotly.min.js").is_file()
 
 
@@ -96,3 +99,18 @@ def test_machine_kind_tells_the_amd_generations_apart():
     line = machine_line({"machine": {"cpu": "AMD EPYC", "kind": "AMD Zen 5", "isa": ["avx2"], "torch_threads": 2,
                                      "torch": "2.13.0"}})
     assert line == "AMD EPYC (AMD Zen 5) (avx2), 2 threads, torch 2.13.0"
+
+
+def test_every_archived_file_is_labelled():
+    """A file kept as a record under benchmarks/results/archive/ is named in that folder's README (what it measured,
+    what supersedes it) and has its section in docs/results.md; nothing else of the course loads it from the top."""
+    archive = ROOT / "benchmarks" / "results" / "archive"
+    readme = (archive / "README.md").read_text()
+    ledger = (ROOT / "docs" / "results.md").read_text()
+    files = [p for p in archive.iterdir() if p.suffix in (".json", ".html")]
+    assert files
+    for path in files:
+        assert f"`{path.name}`" in readme or f"`{path.stem}.json` (+ `.html`" in readme, path.name
+        if path.suffix == ".json":
+            assert f"### `archive/{path.name}`" in ledger, path.name
+            assert not (archive.parent / path.name).exists(), f"{path.name} is both archived and current"
