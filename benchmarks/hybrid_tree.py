@@ -1,7 +1,7 @@
 """Trees of lookup and draft candidates (``tree.hybrid.HybridTree``) against the best chain method, measured.
 
-On held-out prompts of three styles (HumanEval-like code, math word problems, free-form function requests; the
-benchmark's own eval items), greedy, the default pair, this measures tau (tokens per target forward) and seconds
+On held-out prompts of the benchmark's four styles (HumanEval-like code, free-form function requests, math word
+problems, general chat; its own eval items), greedy, the default pair, this measures tau (tokens per target forward) and seconds
 per token of
 
 * plain decoding (the fastest plain forward on this machine: ``load_default_pair``'s dispatch);
@@ -12,11 +12,13 @@ per token of
   size and depth, lookup length 8 / 12 / 16, the tree drafted on a lookup step: the draft's top 2 at depth 1, a
   depth-2 tree, or the lookup chain alone, ``chain-only``),
 
-interleaved (every config once per repeat, the order rotated), median over repeats per prompt, and writes
-``benchmarks/results/hybrid_tree.json`` with each config's speedup over plain and its spread over the repeats.
+interleaved (every config once per repeat, the order rotated), and writes ``benchmarks/results/hybrid_tree.json``
+with each config's speedup over plain paired as the bench pairs it (``bench.paired``: the median over repeats of
+each repeat's tokens over its own seconds, over plain decoding's in the same repeat) and its two-level bootstrap
+interval, labelled with its n.
 Every output is checked against the plain greedy output.
 
-    python benchmarks/hybrid_tree.py               # about 12 minutes on a 2-core CPU
+    python benchmarks/hybrid_tree.py               # about 15 minutes on a 2-core CPU
     python benchmarks/hybrid_tree.py --quick       # about 2 minutes: 1 prompt per style, fewer configs
 """
 
@@ -30,8 +32,9 @@ import statistics
 from pathlib import Path
 
 import torch
-from tree_vs_chain import PHASES, run_once, summarise
+from tree_vs_chain import PHASES, paired, run_once, summarise
 
+from specdec_lesson.bench.paired import CI_METHOD
 from specdec_lesson.bench.results import machine_info
 from specdec_lesson.bench.tasks import chat, task_items
 from specdec_lesson.drafters.eagle import EagleDrafter
@@ -42,7 +45,7 @@ from specdec_lesson.tree import DynamicTree, tree_generate
 from specdec_lesson.tree.hybrid import HybridTree, HybridTreeDrafter
 
 RESULTS = Path(__file__).resolve().parent / "results" / "hybrid_tree.json"
-TASKS = ("code", "math", "requests")
+TASKS = ("code", "requests", "math", "chat")
 
 
 def configs(quick: bool) -> dict[str, HybridTree]:
@@ -116,9 +119,7 @@ def main() -> None:
         ref = res["plain"]["outputs"]
         for name in names[1:]:
             res[name] = summarise(passes[name], ref)
-            per = [p / c for p, c in zip(res["plain"]["s_per_token_by_repeat"], res[name]["s_per_token_by_repeat"])]
-            res[name]["speedup"] = res["plain"]["s_per_token"] / res[name]["s_per_token"]
-            res[name]["speedup_range"] = [min(per), max(per)]
+            res[name].update(paired(passes[name], passes["plain"]))
         for r in res.values():
             r.pop("outputs")
         best = max(names[1:], key=lambda n: res[n]["speedup"])
@@ -127,12 +128,16 @@ def main() -> None:
         for n in names[1:]:
             r = res[n]
             ph = " ".join(f"{k} {r['s_per_token_by_phase'][k] * 1e3:5.1f}" for k in PHASES)
-            print(f"  {n:18s} tau {r['tau']:.2f}  {r['speedup']:.2f}x [{r['speedup_range'][0]:.2f}-"
-                  f"{r['speedup_range'][1]:.2f}]  ({ph})  equal {r['equal_to_plain']}/{r['n']}")
+            ci = r["speedup_ci"] or [float("nan")] * 2
+            print(f"  {n:18s} tau {r['tau']:.2f}  {r['speedup']:.2f}x [{ci[0]:.2f}-{ci[1]:.2f}]  ({ph})  "
+                  f"equal {r['equal_to_plain']}/{r['n']}")
     summary = {n: statistics.median(by_task[t]["configs"][n]["speedup"] for t in TASKS) for n in names[1:]}
     result = {
         "what": "hybrid trees (draft tree + answer-lookup continuation in one tree) vs hybrid-suffix and the draft's "
-                "tree, greedy, default pair; speedup = plain s/token over the config's (same run)",
+                "tree, greedy, default pair; speedup over plain decoding, paired per repeat (same run)",
+        "statistics": f"speedup: bench.paired's median over repeats of each repeat's paired throughput ratio over "
+                      f"plain decoding; interval: {CI_METHOD}, nominal 95% (below nominal with few prompts: "
+                      "interval_coverage.json); greedy, so the repeats of a prompt emit the same tokens",
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": {**machine_info(), "loadavg_before": load0, "loadavg_after": os.getloadavg()},
         "dispatch": getattr(target, "dispatch_profile", None), "max_new_tokens": max_new, "prompts_per_task": n_per,

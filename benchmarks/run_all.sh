@@ -11,6 +11,7 @@ if [ "${1:-}" != "--skip-done" ]; then
   python benchmarks/engine.py --prompts 2 --repeats 3 --out "$R/engine.json"
 fi
 python benchmarks/lean_vs_hf.py --force  # the lean forward against Hugging Face's: T(n) and plain decoding
+python benchmarks/compile_probe.py --force --out "$R/compile_probe.json"  # does torch.compile pay for the lean forward?
 # the headline: four held-out prompt styles (HumanEval-like code, free-form function requests, math word problems,
 # general chat questions), 12 prompts each, 3 interleaved repeats; the adaptive method picks K per step
 python -m specdec_lesson.bench --pair default --task code,requests,math,chat --limit 12 --repeats 3 --k 4 --threads 2 \
@@ -25,9 +26,11 @@ python -m specdec_lesson.bench --pair default --task code,requests,math,chat --l
   --no-progress --force --out "$R/bench_default_t07.json"
 python -m specdec_lesson.bench --report "$R/bench_default_t0.json"
 python -m specdec_lesson.bench --report "$R/bench_default_t07.json"
-python benchmarks/tree_vs_chain.py --threads 2 --prompts 2 --max-new 64 --repeats 3 --out "$R/tree_vs_chain.json"
-(cd benchmarks && python hybrid_tree.py --threads 2 --out results/hybrid_tree.json)  # trees of draft + lookup candidates
-python benchmarks/block_verify.py --threads 2 --out "$R/block_verify.json"  # block vs token verification, T = 0.7 / 1.0
+# trees against chains, trees of draft + lookup candidates, block vs token verification (T = 0.7 / 1.0), four styles
+# each; the committed runs of these three were made on an Intel Xeon and carry its suffix (_intel.json)
+python benchmarks/tree_vs_chain.py --threads 2 --prompts 2 --max-new 40 --repeats 3 --out "$R/tree_vs_chain.json"
+python benchmarks/hybrid_tree.py --threads 2 --out "$R/hybrid_tree.json"
+python benchmarks/block_verify.py --threads 2 --out "$R/block_verify.json"
 # the draft's vocabulary subset by acceptance per millisecond (held-out set: the target's answers to 10 + 10 eval prompts)
 python -m specdec_lesson.distill heldout --out runs/distill --n-code 10 --n-math 10 --threads 2
 python benchmarks/draft_vocab.py --heldout runs/distill/heldout.pt --out "$R/draft_vocab.json"

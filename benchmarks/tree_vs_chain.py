@@ -1,24 +1,26 @@
 """Token trees vs chains on the default pair (issue 6): tokens per target forward and wall-clock.
 
-For held-out code (HumanEval eval split) and math prompts, greedy decoding (temperature 0 by
-default) with the default pair measures
+For held-out prompts of the benchmark's four styles (HumanEval-like code, free-form function requests, math word
+problems, general chat: ``bench.tasks.task_items``), greedy decoding with the default pair measures
 
 * tau (tokens emitted per target forward) of chains K = 1..8 (``speculative_generate``);
 * tau of trees: EAGLE-2 dynamic trees of 4..64 nodes and two static shapes (``tree_generate``);
-* seconds per token of each, and of plain decoding; the wall-clock speedup of the best tree and
-  of the best chain over plain decoding, and best tree vs best chain,
+* seconds per token of each, and of plain decoding; each config's speedup over plain decoding, paired as the
+  bench pairs it (``bench.paired``: each repeat's tokens over its own seconds, over plain decoding's in the same
+  repeat; the median over repeats; a two-level bootstrap interval, labelled with its n); the best tree and the best
+  chain, and best tree vs best chain,
 
 and writes ``benchmarks/results/tree_vs_chain.json``.  Every run's output is checked to equal the
 plain greedy output (pitfall 8: a mismatch is counted and reported, not hidden).
 
-    python benchmarks/tree_vs_chain.py            # about 3-4 minutes on a 2-core CPU (1 thread)
-    python benchmarks/tree_vs_chain.py --quick    # under 1 minute: fewer configs, shorter outputs
+    python benchmarks/tree_vs_chain.py            # about 7 minutes on a 2-core CPU (2 threads)
+    python benchmarks/tree_vs_chain.py --quick    # about 1 minute: fewer configs, shorter outputs
 
-Every config runs ``--repeats`` times (default 3), interleaved in a rotated order; per prompt the median over
-repeats.  The draft is ``specdec_lesson.drafters.pair.load_default_pair()`` (the shipped EAGLE-style drafter).  If
-its weights are missing the script falls back to a self-draft made of the target's first
-``--fallback-layers`` layers (untrained: low acceptance) and says so in the JSON.  Timings are
-only meaningful on a quiet machine (the JSON records the load average before and after).
+Every config runs ``--repeats`` times (default 3), interleaved in a rotated order.  The draft is
+``specdec_lesson.drafters.pair.load_default_pair()`` (the shipped EAGLE-style drafter).  If its weights are missing
+the script falls back to a self-draft made of the target's first ``--fallback-layers`` layers (untrained: low
+acceptance) and says so in the JSON.  Timings are only meaningful on a quiet machine (the JSON records the load
+average before and after).
 """
 
 from __future__ import annotations
@@ -27,14 +29,15 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import statistics
 import time
 from pathlib import Path
 
 import torch
 
-from specdec_lesson.bench.tasks import chat, code_problems, format_code_prompt, format_math_prompt, math_problems
+from specdec_lesson.bench.paired import CI_METHOD, paired_task_speedup, prompt_speedup, two_level_bootstrap_ci
+from specdec_lesson.bench.results import machine_info
+from specdec_lesson.bench.tasks import chat, task_items
 from specdec_lesson.speculative import autoregressive_generate, speculative_generate
 from specdec_lesson.tree import DynamicTree, StaticTree, tree_generate
 
@@ -64,11 +67,24 @@ def load_pair(fallback_layers: int, fast: bool):
     return pair.target, pair.tokenizer, lambda: EagleDrafter(model), "drafters.pair.load_default_pair() (EAGLE-style drafter)"
 
 
-def prompts(tokenizer, n_code: int, n_math: int) -> list[dict]:
-    items = [("code", p["task_id"], format_code_prompt(p)) for p in code_problems("eval")[:n_code]]
-    items += [("math", p["id"], format_math_prompt(p)) for p in math_problems("eval")[:n_math]]
-    return [{"task": t, "id": i, "ids": tokenizer(chat(tokenizer, text), add_special_tokens=False)["input_ids"]}
-            for t, i, text in items]
+TASKS = ("code", "requests", "math", "chat")
+
+
+def prompts(tokenizer, task: str, n: int) -> list[dict]:
+    """The first ``n`` held-out items of ``task`` (the benchmark's own), tokenized with the chat template."""
+    return [{"task": task, "id": it["id"], "ids": tokenizer(chat(tokenizer, it["text"]), add_special_tokens=False)["input_ids"]}
+            for it in task_items(task, n)]
+
+
+def paired(passes: list[list[dict]], plain: list[list[dict]]) -> dict:
+    """A config's speedup over plain decoding from the repeats of both (``run_once`` lists over the same items, repeat
+    r of each taken in the same interleaved round): ``bench.paired``'s median over repeats of the repeat's tokens /
+    seconds over plain's, its two-level bootstrap interval, and the per-prompt speedups (median over repeats)."""
+    cells = {j: {r: (len(p[j]["tokens"]), p[j]["s"], len(b[j]["tokens"]), b[j]["s"])
+                 for r, (p, b) in enumerate(zip(passes, plain))} for j in range(len(passes[0]))}
+    return {"speedup": paired_task_speedup(cells), "speedup_ci": two_level_bootstrap_ci(cells),
+            "speedup_by_prompt": [prompt_speedup(c) for c in cells.values()],
+            "sample": f"{len(cells)} prompts x {len(passes)} repeats"}
 
 
 def run_once(fn, items) -> list[dict]:
@@ -106,10 +122,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="1 prompt per task, 32 tokens, fewer configs")
     ap.add_argument("--max-new", type=int, default=40)
-    ap.add_argument("--prompts", type=int, default=2, help="prompts per task (code, math)")
+    ap.add_argument("--prompts", type=int, default=2, help="prompts per style (code, requests, math, chat)")
     ap.add_argument("--repeats", type=int, default=3, help="interleaved repeats of every config (median per prompt)")
-    ap.add_argument("--threads", type=int, default=1,
-                    help="torch threads (default 1: with 2 threads on a shared 2-core CPU decoding ran 10-25x slower)")
+    ap.add_argument("--threads", type=int, default=2, help="torch threads (timings need a quiet machine)")
     ap.add_argument("--no-prepack", action="store_true", help="do not pre-pack the target's linears (fastcpu)")
     ap.add_argument("--fallback-layers", type=int, default=4)
     ap.add_argument("--out", type=Path, default=RESULTS)
@@ -122,21 +137,21 @@ def main() -> None:
     if not args.quick:
         trees.update({"static-2-2-1-1": StaticTree((2, 2, 1, 1)), "static-4-2-2-1": StaticTree((4, 2, 2, 1))})
     load0 = os.getloadavg()
-    if args.repeats < 1:
-        ap.error(f"--repeats must be >= 1, got {args.repeats}")
+    if min(args.repeats, args.prompts, args.max_new, args.threads) < 1:
+        ap.error("--repeats, --prompts, --max-new and --threads must be >= 1")
     target, tok, make_drafter, draft_desc = load_pair(args.fallback_layers, fast=not args.no_prepack)
     from specdec_lesson.fastcpu import count_packed
 
     prepacked = count_packed(target) > 0
     dispatch = getattr(target, "dispatch_profile", None)
     eos = tok.eos_token_id
-    warm = prompts(tok, 1, 0)[0]["ids"]  # warm-up (first-call allocations, oneDNN primitive caches): not timed
+    warm = prompts(tok, "code", 1)[0]["ids"]  # warm-up (first-call allocations, oneDNN primitive caches): not timed
     autoregressive_generate(target, [warm], 4)
     speculative_generate(target, make_drafter(), [warm], 4, k=2)
     tree_generate(target, make_drafter(), [warm], 4, tree=DynamicTree(depth=2, topk=2, num_nodes=4))
     by_task = {}
-    for task in ("code", "math"):
-        items = [it for it in prompts(tok, n_per, n_per) if it["task"] == task]
+    for task in TASKS:
+        items = prompts(tok, task, n_per)
         fns = {"plain": lambda ids: autoregressive_generate(target, ids, max_new, eos_token_id=eos)}
         for k in chains:
             fns[f"chain-{k}"] = lambda ids, k=k: speculative_generate(target, make_drafter(), ids, max_new, k=k,
@@ -153,33 +168,35 @@ def main() -> None:
         ref = res["plain"]["outputs"]
         for name in names[1:]:
             res[name] = summarise(passes[name], ref)
-        for name in names[1:]:  # the speedup over plain within each repeat: its spread over the repeats
-            per = [p / c for p, c in zip(res["plain"]["s_per_token_by_repeat"], res[name]["s_per_token_by_repeat"])]
-            res[name]["speedup_range"] = [min(per), max(per)]
+        for name in names[1:]:
+            res[name].update(paired(passes[name], passes["plain"]))
         for r in res.values():
             r.pop("outputs")
         plain = res["plain"]["s_per_token"]
-        best_chain = min((n for n in res if n.startswith("chain")), key=lambda n: res[n]["s_per_token"])
-        best_tree = min((n for n in res if not n.startswith(("chain", "plain"))), key=lambda n: res[n]["s_per_token"])
+        best_chain = max((n for n in res if n.startswith("chain")), key=lambda n: res[n]["speedup"])
+        best_tree = max((n for n in res if not n.startswith(("chain", "plain"))), key=lambda n: res[n]["speedup"])
         by_task[task] = {
-            "configs": res,
+            "configs": res, "prompts": [it["id"] for it in items],
             "best_chain": best_chain, "best_tree": best_tree,
-            "speedup_best_chain": plain / res[best_chain]["s_per_token"],
-            "speedup_best_tree": plain / res[best_tree]["s_per_token"],
-            "tree_vs_chain": res[best_chain]["s_per_token"] / res[best_tree]["s_per_token"],
+            "speedup_best_chain": res[best_chain]["speedup"],
+            "speedup_best_tree": res[best_tree]["speedup"],
+            "tree_vs_chain": res[best_tree]["speedup"] / res[best_chain]["speedup"],
         }
         print(f"[{task}] plain {plain * 1e3:.1f} ms/token")
         for n, r in res.items():
             ph = " ".join(f"{k} {v * 1e3:5.1f}" for k, v in r["s_per_token_by_phase"].items())
+            ci = r.get("speedup_ci") or [float("nan")] * 2
             print(f"  {n:16s} tau {r['tau']:.2f}  {r['s_per_token'] * 1e3:7.1f} ms/token ({ph})  "
-                  f"equal {r['equal_to_plain']}/{r['n']}")
+                  f"{r.get('speedup', 1.0):.2f}x [{ci[0]:.2f}-{ci[1]:.2f}]  equal {r['equal_to_plain']}/{len(items)}")
         print(f"  best chain {best_chain}: {by_task[task]['speedup_best_chain']:.2f}x; best tree {best_tree}: "
               f"{by_task[task]['speedup_best_tree']:.2f}x; tree/chain {by_task[task]['tree_vs_chain']:.2f}x")
     result = {
         "what": "tau (tokens per target forward) and wall-clock of chains vs token trees, greedy, default pair",
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(),
-                    "torch": torch.__version__, "loadavg_before": load0, "loadavg_after": os.getloadavg()},
+        "machine": {**machine_info(), "loadavg_before": load0, "loadavg_after": os.getloadavg()},
+        "statistics": f"speedup: bench.paired's median over repeats of each repeat's paired throughput ratio over "
+                      f"plain decoding; interval: {CI_METHOD}, nominal 95% (below nominal with few prompts: "
+                      "interval_coverage.json); greedy, so the repeats of a prompt emit the same tokens",
         "draft": draft_desc, "target_prepacked": prepacked, "dispatch": dispatch, "max_new_tokens": max_new,
         "prompts_per_task": n_per, "repeats": args.repeats,
         "quick": args.quick, "trees": {n: repr(s) for n, s in trees.items()}, "tasks": by_task,

@@ -46,7 +46,7 @@ class HybridTree:
     """The draft's tree ``draft`` plus up to ``lookup_len`` lookup tokens below the root; a step whose lookup
     supplies at least ``min_tokens`` tokens drafts ``with_lookup`` instead (``None``: no draft tree then)."""
 
-    # the default: the best hybrid tree over three prompt styles in benchmarks/results/hybrid_tree.json (AMD EPYC)
+    # the default: the best hybrid tree over three prompt styles in benchmarks/results/archive/hybrid_tree.json (AMD EPYC)
     draft: StaticTree | DynamicTree = DynamicTree(depth=3, topk=4, num_nodes=6)
     lookup_len: int = 8
     min_tokens: int = 2
