@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from specdec_lesson.bench.results import machine_info
 from specdec_lesson.bench.tasks import chat, code_problems, format_code_prompt
 from specdec_lesson.drafters import PromptLookupDrafter
 from specdec_lesson.drafters.pair import load_default_pair
@@ -37,17 +38,27 @@ EDIT_PROMPT = (
 
 
 class Timer:
-    """Accumulates seconds spent inside the target's forward calls and the drafter's methods."""
+    """Accumulates seconds spent inside the target's forward calls and the drafter's methods.  The engines run the
+    lean forward for the default target (``lean.path.uses_lean``): then its ``forward`` is the one timed (the Hugging
+    Face module's hooks would never fire), else the module's forward hooks."""
 
     def __init__(self, target, drafter) -> None:
+        from specdec_lesson.lean.model import lean_model
+        from specdec_lesson.lean.path import uses_lean
+
         self.model = 0.0
         self.draft = 0.0
         self._t = 0.0
-        target.register_forward_pre_hook(self._pre)
-        target.register_forward_hook(self._post)
+        self.forward = "lean" if uses_lean(target) else "hf"
+        if self.forward == "lean":
+            lean = lean_model(target)
+            lean.forward = self._wrap(lean.forward, "model")  # this instance only: the engines call it
+        else:
+            target.register_forward_pre_hook(self._pre)
+            target.register_forward_hook(self._post)
         if drafter is not None and not isinstance(drafter, torch.nn.Module):
             for name in ("propose", "commit", "begin"):
-                setattr(drafter, name, self._wrap(getattr(drafter, name)))
+                setattr(drafter, name, self._wrap(getattr(drafter, name), "draft"))
 
     def _pre(self, *_):
         self._t = time.perf_counter()
@@ -55,13 +66,13 @@ class Timer:
     def _post(self, *_):
         self.model += time.perf_counter() - self._t
 
-    def _wrap(self, fn):
+    def _wrap(self, fn, into: str):
         def timed(*a, **k):
             t = time.perf_counter()
             try:
                 return fn(*a, **k)
             finally:
-                self.draft += time.perf_counter() - t
+                setattr(self, into, getattr(self, into) + time.perf_counter() - t)
         return timed
 
     def reset(self) -> None:
@@ -100,7 +111,7 @@ def run(args) -> dict:
                     per[name].append({"wall": wall, "tokens": len(out[0]), "alpha": st.alpha, "tau": st.tau,
                                       "model_s": timer.model, "draft_s": timer.draft if k not in (None, "pl") else 0.0,
                                       "steps": st.row_steps, "text": out[0].tolist()})
-            ar_tps = statistics.median(r["tokens"] / r["wall"] for r in per["ar"])
+            ar_runs = per["ar"]
             for name, runs in per.items():
                 if not runs:
                     continue
@@ -108,14 +119,21 @@ def run(args) -> dict:
                     return statistics.median(r[key] for r in runs)
 
                 tps = statistics.median(r["tokens"] / r["wall"] for r in runs)
+                # paired: each repeat's tokens over its own seconds, over ar's in the same repeat; median over repeats
+                speedup = statistics.median((r["tokens"] / r["wall"]) / (a["tokens"] / a["wall"])
+                                            for r, a in zip(runs, ar_runs))
                 overhead = statistics.median((r["wall"] - r["model_s"] - r["draft_s"]) / r["wall"] for r in runs)
-                rows.append({"task": task, "method": name, "tokens_per_s": tps, "speedup": tps / ar_tps,
+                rows.append({"task": task, "method": name, "tokens_per_s": tps, "speedup": speedup,
                              "alpha": med("alpha"), "tau": med("tau"), "engine_overhead_fraction": overhead,
                              "draft_fraction": statistics.median(r["draft_s"] / r["wall"] for r in runs),
                              "same_text_as_ar": runs[0]["text"] == per["ar"][0]["text"]})
-                print(f"{task:5s} {name:18s} {tps:7.1f} tok/s  x{tps / ar_tps:4.2f}  alpha {med('alpha'):.2f}  "
+                print(f"{task:5s} {name:18s} {tps:7.1f} tok/s  x{speedup:4.2f}  alpha {med('alpha'):.2f}  "
                       f"tau {med('tau'):.2f}  engine overhead {100 * overhead:4.1f}%", flush=True)
-    return {"rows": rows, "settings": vars(args), "machine": platform.platform(), "cpus": os.cpu_count(),
+    return {"rows": rows, "settings": vars(args), "forward": timer.forward,
+            "statistics": "per prompt: tokens/s the median over repeats; speedup the median over repeats of the repeat's "
+                          "tokens/s over ar's in the same repeat (greedy: every repeat emits the same tokens); engine "
+                          "overhead = (wall - target forwards - drafter calls) / wall, median over repeats",
+            "machine": {**machine_info(), "platform": platform.platform()}, "cpus": os.cpu_count(),
             "torch": torch.__version__, "threads": torch.get_num_threads(), "date": time.strftime("%Y-%m-%d %H:%M")}
 
 
@@ -126,7 +144,12 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--max-new-tokens", type=int, default=96)
     ap.add_argument("--out", default="benchmarks/results/engine.json")
+    ap.add_argument("--force", action="store_true", help="replace an existing --out file")
     args = ap.parse_args()
+    if min(args.prompts, args.repeats, args.max_new_tokens) < 1:
+        ap.error("--prompts, --repeats and --max-new-tokens must be >= 1")
+    if Path(args.out).exists() and not args.force:
+        ap.error(f"{args.out} exists: pass --force to replace it, or choose another --out")
     if args.quick:
         args.prompts, args.repeats, args.max_new_tokens = 1, 1, 32
     result = run(args)

@@ -8,7 +8,7 @@ R=benchmarks/results
 mkdir -p "$R"
 if [ "${1:-}" != "--skip-done" ]; then
   python benchmarks/verify_curve.py --threads 2 --out "$R/verify_curve.json"
-  python benchmarks/engine.py --prompts 2 --repeats 3 --out "$R/engine.json"
+  python benchmarks/engine.py --prompts 2 --repeats 3 --force --out "$R/engine.json"
 fi
 python benchmarks/lean_vs_hf.py --force  # the lean forward against Hugging Face's: T(n) and plain decoding
 python benchmarks/compile_probe.py --force --out "$R/compile_probe.json"  # does torch.compile pay for the lean forward?
