@@ -144,10 +144,10 @@ def _run(a, ns: list[int], compiler: str) -> int:
         for n in ns:  # one compile per width (static shapes), timed
             block_forward(lean, pre_c, post_c, kc, vc, new[:, :n], CONTEXT)
         compile_s = time.perf_counter() - t0
+        ref, _ = lean.forward(new, cache, cache.plan(max(ns)))  # [1, n_max, V]
+        cache.set_lengths([CONTEXT])
         diffs = {}
         for name, (f, g) in variants.items():
-            ref, _ = lean.forward(new, cache, cache.plan(max(ns)))
-            cache.set_lengths([CONTEXT])
             diffs[name] = float((block_forward(lean, f, g, kc, vc, new, CONTEXT) - ref).abs().max())
         times: dict[str, dict[int, list[float]]] = {v: {n: [] for n in ns} for v in ("lean", *variants)}
         for r in range(a.rounds + 1):  # round 0 warms up

@@ -7,6 +7,7 @@ disk or a reachable hub), or any ``--target``/``--draft`` pair sharing a tokeniz
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -186,7 +187,9 @@ def _tune(target, device: str, notes: list[str]) -> dict | None:
     from ..lean.path import tune_engine_dispatch
     from ..profiling import noisy_probe_note
 
-    d = tune_engine_dispatch(target, repeats=3)
+    with warnings.catch_warnings():  # a noisy probe is reported once, as the WARNING note below
+        warnings.filterwarnings("ignore", message=r"tune_(lean_)?dispatch: ", category=UserWarning)
+        d = tune_engine_dispatch(target, repeats=3)
     target.dispatch_profile = d  # the adaptive method's T(n) and the simulator's calibration read it
     r = d["plain_rows_max"]
     t1 = (d["plain_ms"].get(1), d["packed_ms"].get(1))
