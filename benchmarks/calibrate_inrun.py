@@ -16,7 +16,8 @@ Pure arithmetic on committed files, no model and no timing (a second or two):
 3. Per machine kind (the runs of its files that timed the same forward as its first file pooled: the lean forward's
    step costs are not Hugging Face's): the alpha that 2.5x needs (decode only, as notebook 06 asked it),
    and ``draft_vocab.json``'s predicted speedups redone with the AMD in-run costs, the draft's in-run cost scaled by
-   each subset's measured ms per token over the shipped subset's.
+   each subset's measured ms per token over the shipped subset's; the same for ``draft_vocab_mixture_intel.json`` (the
+   subsets scored on the mixture's validation split, chat included) with the Intel in-run costs.
 
 Writes ``benchmarks/results/calibration_inrun.json``; refuses to replace it without ``--force``.
 """
@@ -41,6 +42,7 @@ KINDS = {"AMD EPYC": ("bench_default_t0.json", "ksweep_default_t0.json"),
          "Intel Xeon": ("bench_default_t0_intel.json", "archive/bench_autok_t0_intel.json")}
 METHODS = ("chain", "hybrid")
 TARGET = 2.5
+MIX_STYLES = ("all", "chat", "magpie", "code", "math")  # the mixture's validation split, by prompt style
 
 
 def _mean_abs(xs: list[float]) -> float | None:
@@ -103,9 +105,9 @@ def _errors(rows: list[dict]) -> dict:
     return out
 
 
-def redo_draft_vocab(dv: dict, costs) -> dict:
-    """draft_vocab.json's theory.speedup(alpha, K, c, T(K+1)/T(1)) with in-run costs: c = draft(K) x ms[N] / ms[shipped]
-    / (K t_plain), verify_ratio = (T(K + 1) + overhead) / t_plain."""
+def redo_draft_vocab(dv: dict, costs, kinds: tuple[str, ...] = ("code", "math")) -> dict:
+    """A draft_vocab file's theory.speedup(alpha, K, c, T(K+1)/T(1)) with in-run costs, per style in ``kinds``:
+    c = draft(K) x ms[N] / ms[shipped] / (K t_plain), verify_ratio = (T(K + 1) + overhead) / t_plain."""
     k = int(dv["k"])
     shipped = [n for n in dv["subsets"] if n.startswith("shipped-")]
     if len(shipped) != 1:
@@ -117,10 +119,10 @@ def redo_draft_vocab(dv: dict, costs) -> dict:
     for name, s in dv["subsets"].items():
         draft = costs.draft_cost(k) * s["draft_ms_per_token"] / ms0
         c = draft / (k * costs.t_plain)
-        pred = {kind: theory.speedup(s["offline"][kind]["alpha_tok"], k, c, ratio) for kind in ("code", "math")}
+        pred = {kind: theory.speedup(s["offline"][kind]["alpha_tok"], k, c, ratio) for kind in kinds}
         out[name] = {"n": s["n"], "draft_ms_per_token_probe": s["draft_ms_per_token"], "draft_s_per_step_inrun": draft,
                      "c_inrun": c, "predicted_speedup_inrun": pred, "predicted_speedup_probe": s["predicted_speedup"]}
-    best = {kind: max(out, key=lambda n: out[n]["predicted_speedup_inrun"][kind]) for kind in ("code", "math")}
+    best = {kind: max(out, key=lambda n: out[n]["predicted_speedup_inrun"][kind]) for kind in kinds}
     return {"k": k, "verify_ratio_probe": dv["verify_ratio"], "verify_ratio_inrun": ratio,
             "verify_ratio_inrun_without_overhead": costs.T(k + 1) / costs.t_plain, "overhead_s": over,
             "draft_s_per_step_shipped_inrun": costs.draft_cost(k), "draft_s_per_step_shipped_probe": k * ms0 / 1e3,
@@ -173,6 +175,11 @@ def compute(results: Path = RESULTS) -> dict:
     }
     dv = json.loads((results / "draft_vocab.json").read_text())
     out["draft_vocab_redone"] = {"machine_kind": "AMD EPYC", **redo_draft_vocab(dv, pooled_by_kind["AMD EPYC"])}
+    mix = results / "draft_vocab_mixture_intel.json"  # the subset re-chosen on the mixture's validation split
+    if mix.is_file():
+        dvm = json.loads(mix.read_text())
+        out["draft_vocab_mixture_redone"] = {"file": mix.name, "machine_kind": "Intel Xeon",
+                                             **redo_draft_vocab(dvm, pooled_by_kind["Intel Xeon"], MIX_STYLES)}
     return out
 
 

@@ -140,3 +140,21 @@ def test_script_refuses_to_overwrite_without_force(tmp_path, capsys):
     assert _script().main(["--out", str(out)]) == 2
     assert out.read_text() == "keep"
     assert "--force" in capsys.readouterr().err
+
+
+def test_redo_draft_vocab_scores_every_style_with_in_run_costs():
+    """Two subsets, hand-computed: the cheaper head with the same alpha wins on every style; chat is scored too."""
+    c = in_run_costs([_run("ar", "ar", None, "p", steps=40, emitted=40, t_verify=1.0),
+                      _run("chain-k4", "chain", 4, "p", steps=10, emitted=30, t_verify=0.375, t_draft=0.2,
+                           accepted=20, rejections=10)])
+    off = {s: {"alpha_tok": a} for s, a in (("chat", 0.4), ("code", 0.6), ("math", 0.7))}
+    dv = {"k": 4, "verify_ratio": 1.5, "best": None,
+          "subsets": {"answers-2048": {"n": 2048, "draft_ms_per_token": 1.0, "offline": off, "predicted_speedup": {}},
+                      "shipped-8192": {"n": 8192, "draft_ms_per_token": 2.0, "offline": off, "predicted_speedup": {}}}}
+    out = _script().redo_draft_vocab(dv, c, ("chat", "code", "math"))
+    assert out["best_inrun"] == {"chat": "answers-2048", "code": "answers-2048", "math": "answers-2048"}
+    ratio = (c.T(5) + c.overhead.get("chain-k4", 0.0)) / c.t_plain
+    for name, ms in (("answers-2048", 1.0), ("shipped-8192", 2.0)):
+        cc = c.draft_cost(4) * ms / 2.0 / (4 * c.t_plain)
+        assert out["subsets"][name]["c_inrun"] == pytest.approx(cc)
+        assert out["subsets"][name]["predicted_speedup_inrun"]["chat"] == pytest.approx(speedup(0.4, 4, cc, ratio))
