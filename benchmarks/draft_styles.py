@@ -48,6 +48,18 @@ def _drafts(specs: list[str], ap: argparse.ArgumentParser) -> dict[str, Path]:
     return out
 
 
+def training_summary(meta: dict) -> dict:
+    """Steps and runs along the draft's chain of ``--init`` runs (each export nests the run it started from)."""
+    chain, node = [], meta.get("training")
+    while isinstance(node, dict) and node:
+        chain.append(node)
+        node = node.get("init")
+    return {"runs": len(chain), "steps_total": sum(int(n.get("steps", 0)) for n in chain),
+            "last_run": {"steps": chain[0].get("steps"), "positions": chain[0].get("positions"),
+                         "lr": (chain[0].get("made") or {}).get("lr"), "seed": (chain[0].get("made") or {}).get("seed")}
+            if chain else None}
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--heldout", type=Path, required=True, help="held-out set of `distill heldout` (heldout.pt)")
@@ -75,8 +87,7 @@ def main(argv: list[str] | None = None) -> None:
         model = load_draft(target, folder)
         meta = json.loads((folder / f"{DEFAULT_DRAFT_NAME}.json").read_text())
         acc = offline_alpha(EagleDrafter(model), held, a.k)
-        res[name] = {"folder": str(folder), "n_sub": len(model.d2t), "trained": meta.get("training", {}).get("stage"),
-                     "offline": acc}
+        res[name] = {"folder": str(folder), "n_sub": len(model.d2t), "training": training_summary(meta), "offline": acc}
         print(f"{name:10s} " + "  ".join(f"{s} {acc[s]['alpha_tok']:.3f}" for s in STYLES if s in acc), flush=True)
     counts = {s: sum(r.get("kind") == s for r in held) for s in STYLES}
     result = {

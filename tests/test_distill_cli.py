@@ -112,12 +112,12 @@ def test_cli_export_refuses_a_fast_checkpoint_and_a_missing_step(fast_data, tmp_
 
     monkeypatch.setattr(eagle, "DEFAULT_DRAFT_DIR", tmp_path / "shipped")  # never the package's own draft
     out = _fast_ckpt(fast_data, tmp_path / "run")
-    _expect(capsys, ["export", "--out", out], "was trained with --fast on the tiny random target")
+    _expect(capsys, ["export", "--out", out, "--force"], "was trained with --fast on the tiny random target")
     ckpt = torch.load(out / "ckpt.pt")
     ckpt["made"]["fast"] = False
     torch.save(ckpt, out / "ckpt.pt")
-    _expect(capsys, ["export", "--out", out, "--step", 7], "no saved checkpoint for --step 7")
-    _expect(capsys, ["export", "--out", out, "--step", 7], "(saved steps: 2)")
+    _expect(capsys, ["export", "--out", out, "--step", 7, "--force"], "no saved checkpoint for --step 7")
+    _expect(capsys, ["export", "--out", out, "--step", 7, "--force"], "(saved steps: 2)")
     assert not (tmp_path / "shipped").exists()
 
 
@@ -234,9 +234,36 @@ def test_interrupted_export_leaves_the_shipped_draft_whole(fast_data, tmp_path, 
 
     monkeypatch.setattr(eagle, "save_draft", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        evaluate.run_export(out, dest=dest)
+        evaluate.run_export(out, dest=dest, force=True)
     assert all(p.read_text() == "old" for p in dest.iterdir()) and len(list(dest.iterdir())) == 3
     assert not list(tmp_path.glob(".shipped.export-*"))
+
+
+def test_export_rewrites_the_shipped_draft_only_with_force_and_backs_it_up(fast_data, tmp_path, capsys, monkeypatch):
+    """export used to replace the shipped draft unasked; now it needs --force (or --dest) and keeps a backup."""
+    import json
+
+    from specdec_lesson.drafters import eagle
+
+    out = _exportable(fast_data, tmp_path, monkeypatch)
+    names = ("eagle_smollm2.json", "eagle_smollm2.safetensors", "eagle_smollm2_curve.json")
+    shipped, other = tmp_path / "shipped", tmp_path / "other"
+    for folder in (shipped, other):
+        folder.mkdir()
+        for name in names:
+            (folder / name).write_text(f"old {folder.name}")
+    monkeypatch.setattr(eagle, "DEFAULT_DRAFT_DIR", shipped)
+    _expect(capsys, ["export", "--out", out], "export would rewrite the shipped draft")
+    _expect(capsys, ["export", "--out", out, "--dest", other], "already holds a draft")
+    assert all(p.read_text() == f"old {p.parent.name}" for f in (shipped, other) for p in f.iterdir())
+    fresh = tmp_path / "fresh"  # a new folder needs no --force, and the shipped draft stays as it was
+    assert _cli(capsys, ["export", "--out", out, "--dest", fresh])[0] == 0
+    assert json.loads((fresh / "eagle_smollm2.json").read_text())["training"]["steps"] == 2
+    assert not list(out.glob("export-backup-*")) and all(p.read_text() == "old shipped" for p in shipped.iterdir())
+    assert _cli(capsys, ["export", "--out", out, "--force"])[0] == 0
+    (backup,) = out.glob("export-backup-*")
+    assert {p.name: p.read_text() for p in backup.iterdir()} == {n: "old shipped" for n in names}
+    assert json.loads((shipped / "eagle_smollm2.json").read_text())["training"]["steps"] == 2
 
 
 # ----------------------------------------------------------------- files the package ships are never lost

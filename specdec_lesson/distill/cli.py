@@ -28,7 +28,7 @@ then train alone with 2 threads)::
     python -m specdec_lesson.distill heldout --n-code 10 --n-math 10
     python -m specdec_lesson.distill train --steps 1200 --budget 4096 --lr 1e-3 --n-sub 4096 --unroll 2 \
         --ckpt-every 50 --val-every 100 --threads 2
-    python -m specdec_lesson.distill export --curve-every 2 --n-sub 8192
+    python -m specdec_lesson.distill export --curve-every 2 --n-sub 8192 --force
 
 That was stage 1 (git revision dff1e6e ships it).  Stage 2 (session 5) trained it further on the target's own
 answers, kept as token ids in the repository, their features recomputed (1664 answers in 26 batches of 64, then
@@ -42,7 +42,8 @@ side with 1 thread each; ``--arch eagle3`` with the same flags and no ``--init``
     cp specdec_lesson/data/eagle_smollm2.json runs/stage1.json             # the stage-1 draft's record
     python -m specdec_lesson.distill train --out runs/s5 --init specdec_lesson/data --steps 1100 --budget 2048 \
         --lr 5e-4 --n-sub 4096 --unroll 4 --ckpt-every 100 --val-every 100 --bf16 --threads 1
-    python -m specdec_lesson.distill export --out runs/s5 --n-sub 8192 --curve-every 2 --init-json runs/stage1.json
+    python -m specdec_lesson.distill export --out runs/s5 --n-sub 8192 --curve-every 2 --init-json runs/stage1.json \
+        --force
 
 ``benchmarks/draft_vocab.py`` then scored that draft over subsets of N = 1024 .. 49152 tokens (alpha flat, the head's
 cost not), and the shipped draft carries the 2048 most frequent reply tokens of the shipped answers (session 8)::
@@ -60,9 +61,11 @@ random target in seconds (the tests use it).  A checkpoint records the settings 
 
 Files the package ships (``specdec_lesson/data``) are never written by default: ``answers`` writes
 ``runs/distill/answers.npz`` unless ``--file`` says otherwise, and replaces an existing finished file, or writes
-inside the package, only with ``--force`` (resuming from its ``.partial.npz`` needs none); ``resubset`` rewrites the
-shipped draft only with ``--force``, after copying the files it replaces to ``<--out>/resubset-backup-<time>/``
-(or writes the re-headed draft to ``--dest DIR``).  ``train`` removes the temporary files of a killed run.
+inside the package, only with ``--force`` (resuming from its ``.partial.npz`` needs none); ``export`` and
+``resubset`` rewrite the shipped draft only with ``--force``, after copying the files they replace to
+``<--out>/export-backup-<time>/`` or ``<--out>/resubset-backup-<time>/`` (or write the draft to ``--dest DIR``, where
+an existing draft is replaced only with ``--force`` too; ``resubset --src DIR`` re-heads a draft other than the
+shipped one).  ``train`` removes the temporary files of a killed run.
 
 Bad input (a flag out of range, ``train`` before ``gen``, an unreadable shard or checkpoint, a folder that
 cannot be written, a file that would be replaced without ``--force``) prints one
@@ -143,8 +146,12 @@ def _parser() -> OneLineParser:
     h.add_argument("--n-requests", type=int, default=0, help="also the first N held-out function requests")
     h.add_argument("--n-chat", type=int, default=0, help="also the first N held-out chat prompts")
     h.add_argument("--max-new", type=int, default=128)
-    x = sub.add_parser("export", help="ship the last checkpoint under specdec_lesson/data/")
+    x = sub.add_parser("export", help="write the last checkpoint as a draft (the shipped one with --force)")
     x.add_argument("--out", type=Path, default=Path("runs/distill"))
+    x.add_argument("--dest", type=Path, default=None, help="folder for the draft (default: the shipped draft's own "
+                   "folder, rewritten only with --force)")
+    x.add_argument("--force", action="store_true", help="replace the shipped draft (or a draft in --dest); the replaced "
+                   "files are copied to <--out>/export-backup-<time>/ first")
     x.add_argument("--k", type=int, default=4)
     x.add_argument("--step", type=int, default=None, help="checkpoint to ship (default: the last)")
     x.add_argument("--curve-every", type=int, default=1)
@@ -172,6 +179,7 @@ def _parser() -> OneLineParser:
     r.add_argument("--n-sub", type=int, required=True, help="size of the new output subset")
     r.add_argument("--heldout", type=Path, default=None, help="held-out set (distill heldout) to rescore alpha on")
     r.add_argument("--k", type=int, default=4)
+    r.add_argument("--src", type=Path, default=None, help="folder of the draft to re-head (default: the shipped draft)")
     r.add_argument("--dest", type=Path, default=None, help="folder for the re-headed draft (default: the shipped draft's "
                    "own folder, rewritten only with --force)")
     r.add_argument("--force", action="store_true", help="rewrite the shipped draft (or a draft in --dest); the replaced "
@@ -249,6 +257,12 @@ def _check(a) -> None:
             a.init_meta = _init_meta(a.init_json)
         if not (a.out / "ckpt.pt").is_file():
             raise UsageError(f"no checkpoint {a.out / 'ckpt.pt'}: run train with --out {a.out} first")
+        from ..drafters.eagle import DEFAULT_DRAFT_DIR
+        from .evaluate import check_draft_dest
+
+        if a.dest is not None:
+            check_writable_dir(a.dest, "--dest")
+        check_draft_dest(a.dest or DEFAULT_DRAFT_DIR, a.force, "export")
     elif a.cmd == "resubset":
         pos("n_sub")
         pos("k")
@@ -280,7 +294,7 @@ def _check(a) -> None:
 
         if a.dest is not None:
             check_writable_dir(a.dest, "--dest")
-        check_resubset_dest(DEFAULT_DRAFT_DIR, a.dest or DEFAULT_DRAFT_DIR, a.force)
+        check_resubset_dest(a.src or DEFAULT_DRAFT_DIR, a.dest or DEFAULT_DRAFT_DIR, a.force)
 
 
 def _init_meta(path: Path) -> dict | None:
@@ -363,14 +377,16 @@ def _run(a) -> None:
         from .evaluate import run_export
 
         init_meta = a.init_meta if a.init_json else None  # read and checked by _check
-        print(json.dumps(run_export(a.out, k=a.k, step=a.step, curve_every=a.curve_every, n_sub=a.n_sub, init_meta=init_meta)))
+        backup = a.out / f"export-backup-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+        print(json.dumps(run_export(a.out, a.dest, k=a.k, step=a.step, curve_every=a.curve_every, n_sub=a.n_sub,
+                                    init_meta=init_meta, force=a.force, backup=backup)))
     elif a.cmd == "resubset":
         from ..drafters.eagle import DEFAULT_DRAFT_DIR
         from .subset import run_resubset
 
         dest = a.dest or DEFAULT_DRAFT_DIR
         backup = a.out / f"resubset-backup-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
-        info = run_resubset(a.n_sub, a.heldout, a.k, dest, src=DEFAULT_DRAFT_DIR, force=a.force, backup=backup)
+        info = run_resubset(a.n_sub, a.heldout, a.k, dest, src=a.src or DEFAULT_DRAFT_DIR, force=a.force, backup=backup)
         print(json.dumps({"subset": info["subset"], "dest": str(dest), "backup": info["backup"],
                           "heldout": info.get("training", {}).get(f"heldout_offline_alpha_k{a.k}")}))
     elif a.cmd == "answers":

@@ -144,10 +144,49 @@ def export_subset(rows: list[dict], tokenizer, n_sub: int, vocab: int, eos: int)
     return order[:n_sub].sort().values
 
 
+def draft_files(folder: Path) -> list[Path]:
+    """The draft files (``eagle_smollm2*``) a folder holds, sorted."""
+    from ..drafters.eagle import DEFAULT_DRAFT_NAME
+
+    return sorted(p for p in Path(folder).glob(f"{DEFAULT_DRAFT_NAME}*") if p.is_file())
+
+
+def check_draft_dest(dest: Path, force: bool, cmd: str, src: Path | None = None) -> None:
+    """One UsageError naming the fix, before any model is loaded, unless ``cmd`` may write a draft into ``dest``:
+    replacing the shipped draft, or a draft already in another folder than ``src``, needs ``force``."""
+    from ..cli_args import UsageError, same_file
+    from ..drafters.eagle import DEFAULT_DRAFT_DIR
+
+    if force:
+        return
+    if same_file(dest, DEFAULT_DRAFT_DIR):
+        raise UsageError(f"{cmd} would rewrite the shipped draft in {dest}: add --force to do so (the replaced files "
+                         "are copied to a backup folder under --out first), or write the draft to another folder with "
+                         "--dest DIR")
+    if not (src is not None and same_file(dest, src)) and draft_files(dest):
+        raise UsageError(f"--dest {dest} already holds a draft ({draft_files(dest)[0].name}): add --force to replace "
+                         "it, or choose another --dest")
+
+
+def backup_draft(dest: Path, backup: Path | None) -> str | None:
+    """Copy the draft files ``dest`` holds into ``backup``, a new folder (never over an earlier backup)."""
+    import shutil
+
+    if backup is None or not draft_files(dest):
+        return None
+    Path(backup).mkdir(parents=True, exist_ok=False)
+    for f in draft_files(dest):
+        shutil.copy2(f, Path(backup) / f.name)
+    return str(backup)
+
+
 def run_export(out: Path, dest: Path | None = None, k: int = 4, step: int | None = None, curve_every: int = 1,
-               n_sub: int | None = None, init_meta: dict | None = None) -> dict:
-    """Checkpoint ``step`` (default: the last) -> shipped fp16 weights + config; offline held-out alpha of every
-    ``curve_every``-th saved checkpoint -> curve JSON (``*_curve.json``)."""
+               n_sub: int | None = None, init_meta: dict | None = None, *, force: bool = False,
+               backup: Path | None = None) -> dict:
+    """Checkpoint ``step`` (default: the last) -> fp16 weights + config in ``dest`` (default: the shipped draft's
+    folder; replacing a draft there needs ``force``, ``check_draft_dest``, and ``backup``, a new folder, receives
+    the replaced files first); offline held-out alpha of every ``curve_every``-th saved checkpoint -> curve JSON
+    (``*_curve.json``)."""
     from ..drafters.eagle import (
         DEFAULT_DRAFT_DIR,
         DEFAULT_DRAFT_NAME,
@@ -158,7 +197,8 @@ def run_export(out: Path, dest: Path | None = None, k: int = 4, step: int | None
         save_draft,
     )
 
-    dest = dest or DEFAULT_DRAFT_DIR
+    dest = Path(dest or DEFAULT_DRAFT_DIR)
+    check_draft_dest(dest, force, "export")
     ckpt = load_file(out / "ckpt.pt", "the checkpoint", "run train with the same --out first")
     fast_made = (f"{out / 'ckpt.pt'} was trained with --fast on the tiny random target; only a checkpoint of the real "
                  "target can be exported (it would replace the shipped draft)")
@@ -210,9 +250,10 @@ def run_export(out: Path, dest: Path | None = None, k: int = 4, step: int | None
         info["training"]["init"] = {kk: v for kk, v in init_meta.items() if not kk.startswith("heldout")}
     curve_json = json.dumps({"k": k, "curve": curve, "log": [{kk: e[kk] for kk in ("step", "loss", "val_acc", "seconds")
                                                               if kk in e} for e in ckpt["log"]]}, indent=0)
+    saved_to = backup_draft(dest, backup)
     _publish(dest, lambda tmp: (save_draft(model, tmp, DEFAULT_DRAFT_NAME, extra=info),
                                 (tmp / f"{DEFAULT_DRAFT_NAME}_curve.json").write_text(curve_json)))
-    return info
+    return dict(info, dest=str(dest), backup=saved_to)
 
 
 def _publish(dest: Path, write) -> None:

@@ -41,7 +41,22 @@ and standard-library tokens); re-choosing N by acceptance per millisecond on the
     mkdir -p runs/stage2 && cp specdec_lesson/data/eagle_smollm2.* runs/stage2/   # the stage-2 draft, for "before"
     ln -s "$PWD/runs/held4/heldout.pt" runs/mix1/heldout.pt       # the curve's held-out scores (never used to choose)
     python -m specdec_lesson.distill export --out runs/mix1 --n-sub 8192 --curve-every 4 \
-        --init-json runs/stage2/eagle_smollm2.json
+        --init-json runs/stage2/eagle_smollm2.json --force
+
+Stages 4-6 (sessions 18-19, on an Intel Xeon with AMX) trained the shipped stage-3 draft further on the same 2.7M
+positions (features in bf16 autocast, 22 minutes; each stage 1200 steps at lr 3e-4, about 32 minutes), each from the
+one before; stage 6 draws its batches with ``--seed 1`` (stages 4 and 5 both used seed 0, so they saw the batches in
+the same order).  ``benchmarks/results/draft_styles.json`` scores every stage on the same held-out prompts;
+``benchmarks/candidates/README.md`` says which candidate is committed and how to ship it::
+
+    python -m specdec_lesson.distill features --out runs/mix4 --mixture --bf16 --aux-layers none --threads 2
+    ln -s "$PWD/runs/held4/heldout.pt" runs/mix4/heldout.pt
+    python -m specdec_lesson.distill train --out runs/mix4 --init specdec_lesson/data --steps 1200 --budget 4096 \
+        --lr 3e-4 --n-sub 4096 --unroll 3 --ckpt-every 50 --val-every 100 --bf16 --threads 2
+    python -m specdec_lesson.distill export --out runs/mix4 --dest runs/stage4 --n-sub 8192 --curve-every 6 \
+        --init-json specdec_lesson/data/eagle_smollm2.json
+    # stage 5: a folder runs/mix5 with data -> runs/mix4/data and the heldout.pt link, --init runs/stage4,
+    # exported to runs/stage5; stage 6: runs/mix6, --init runs/stage5 --seed 1, exported to runs/stage6
 """
 
 from __future__ import annotations

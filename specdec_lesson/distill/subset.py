@@ -20,12 +20,11 @@ the head's cost grows with N; ``resubset`` ships the subset it chose:
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import torch
 
-from .evaluate import _load_weights, _publish, offline_alpha
+from .evaluate import _load_weights, _publish, backup_draft, check_draft_dest, offline_alpha
 from .teacher import load_file
 from .train import choose_subset
 
@@ -60,29 +59,15 @@ def with_subset(draft, target, d2t: torch.Tensor):
     return model.eval()
 
 
-def _draft_files(folder: Path) -> list[Path]:
-    from ..drafters.eagle import DEFAULT_DRAFT_NAME
-
-    return sorted(p for p in Path(folder).glob(f"{DEFAULT_DRAFT_NAME}*") if p.is_file())
-
-
 def check_resubset_dest(src: Path, dest: Path, force: bool = False) -> None:
     """One UsageError naming the fix, before any model is loaded, unless ``dest`` may be written: rewriting the
     shipped draft folder, or replacing a draft already in another folder, needs ``force``."""
-    from ..cli_args import UsageError, same_file
-    from ..drafters.eagle import DEFAULT_DRAFT_DIR, DEFAULT_DRAFT_NAME
+    from ..cli_args import UsageError
+    from ..drafters.eagle import DEFAULT_DRAFT_NAME
 
     if not (Path(src) / f"{DEFAULT_DRAFT_NAME}.json").is_file():
         raise UsageError(f"no draft {DEFAULT_DRAFT_NAME}.json in {src} to re-head")
-    if force:
-        return
-    if same_file(dest, DEFAULT_DRAFT_DIR):
-        raise UsageError(f"resubset would rewrite the shipped draft in {dest}: add --force to do so (the replaced files "
-                         "are copied to a backup folder under --out first), or write the re-headed draft to another "
-                         "folder with --dest DIR")
-    if not same_file(dest, src) and _draft_files(dest):
-        raise UsageError(f"--dest {dest} already holds a draft ({_draft_files(dest)[0].name}): add --force to replace "
-                         "it, or choose another --dest")
+    check_draft_dest(dest, force, "resubset", src=src)
 
 
 def run_resubset(n_sub: int, held_path: Path | None = None, k: int = 4, dest: Path | None = None, *,
@@ -120,12 +105,6 @@ def run_resubset(n_sub: int, held_path: Path | None = None, k: int = 4, dest: Pa
         info["subset"]["replaced_head_heldout"] = dict(stale, note=(
             f"measured with the replaced head of {len(old.d2t)} tokens, not with this one: rerun distill resubset "
             "with --heldout to measure it"))
-    if backup is not None and _draft_files(dest):
-        Path(backup).mkdir(parents=True, exist_ok=False)  # a new folder: never over an earlier backup
-        for f in _draft_files(dest):
-            shutil.copy2(f, Path(backup) / f.name)
-        info_backup = str(backup)
-    else:
-        info_backup = None
+    info_backup = backup_draft(dest, backup)
     _publish(dest, lambda tmp: save_draft(model, tmp, DEFAULT_DRAFT_NAME, extra=info))
     return dict(info, backup=info_backup)
