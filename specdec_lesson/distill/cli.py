@@ -19,38 +19,8 @@ mix      the target's answers (greedy, 1 in 3 at T=0.7) to a mixture of template
          and math prompts, as token ids in shards ``specdec_lesson/data/mixture/mix_<seed>_<nnn>.npz``
          (``distill.mixture``); resumable, deterministic from ``--seed``, finished shards never overwritten.
 
-The shipped draft was made with (on the 2-core CPU: the data commands ran side by side with 1 thread each,
-then train alone with 2 threads)::
-
-    python -m specdec_lesson.distill gen --max-shards 14             # 224 answers, 50k positions (session 1)
-    python -m specdec_lesson.distill gen --seed 1 --n-code 600 --n-math 600 --batch 32 --max-new 256 --max-shards 26
-    python -m specdec_lesson.distill corpus --n 4600 --max-shards 36  # 2304 real functions, 562k positions
-    python -m specdec_lesson.distill heldout --n-code 10 --n-math 10
-    python -m specdec_lesson.distill train --steps 1200 --budget 4096 --lr 1e-3 --n-sub 4096 --unroll 2 \
-        --ckpt-every 50 --val-every 100 --threads 2
-    python -m specdec_lesson.distill export --curve-every 2 --n-sub 8192 --force
-
-That was stage 1 (git revision dff1e6e ships it).  Stage 2 (session 5) trained it further on the target's own
-answers, kept as token ids in the repository, their features recomputed (1664 answers in 26 batches of 64, then
-``features`` over both shipped answer files, 424k positions, about 17 minutes; training 48 minutes, two runs side by
-side with 1 thread each; ``--arch eagle3`` with the same flags and no ``--init`` is the EAGLE-3 run beside it)::
-
-    python -m specdec_lesson.distill answers --file specdec_lesson/data/answers_smollm2_more.npz --n-code 1269 \
-        --n-math 1231 --batch 64 --max-new 160 --seed 3 --max-batches 26 --threads 2 --force
-    python -m specdec_lesson.distill heldout --out runs/s5 --n-code 10 --n-math 10 --threads 2
-    python -m specdec_lesson.distill features --out runs/s5 --threads 2    # aux layers 2,15,27 for an eagle3 draft
-    cp specdec_lesson/data/eagle_smollm2.json runs/stage1.json             # the stage-1 draft's record
-    python -m specdec_lesson.distill train --out runs/s5 --init specdec_lesson/data --steps 1100 --budget 2048 \
-        --lr 5e-4 --n-sub 4096 --unroll 4 --ckpt-every 100 --val-every 100 --bf16 --threads 1
-    python -m specdec_lesson.distill export --out runs/s5 --n-sub 8192 --curve-every 2 --init-json runs/stage1.json \
-        --force
-
-``benchmarks/draft_vocab.py`` then scored that draft over subsets of N = 1024 .. 49152 tokens (alpha flat, the head's
-cost not), and the shipped draft carries the 2048 most frequent reply tokens of the shipped answers (session 8)::
-
-    python -m specdec_lesson.distill resubset --n-sub 2048 --heldout runs/s5/heldout.pt --force
-
-Stage 3 (the mixture of prompt styles, ``mix``): the commands are in ``distill.mixture``'s docstring.
+How each stage of the shipped draft was made: stages 1-2 in ``distill.train``'s docstring, stage 3 and the later
+candidates in ``distill.mixture``'s.
 Every file is written to a temporary name and renamed when complete (``atomic_save``), so an
 interrupted run never leaves a shard or checkpoint that passes for complete; rerunning the same
 command resumes: ``gen`` skips finished shards, ``train`` restarts from the last checkpoint (model,
