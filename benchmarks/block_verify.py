@@ -38,7 +38,7 @@ import torch
 from specdec_lesson.bench.paired import CI_METHOD, paired_task_speedup, two_level_bootstrap_ci
 from specdec_lesson.bench.results import machine_info, write_results
 from specdec_lesson.bench.tasks import chat, task_items
-from specdec_lesson.drafters.eagle import EagleDrafter
+from specdec_lesson.drafters.eagle import EagleDrafter, draft_identity
 from specdec_lesson.speculative import speculative_generate
 from specdec_lesson.verify import VERIFY_RULES, expected_accepted_given_drafts
 
@@ -159,6 +159,7 @@ def main() -> None:
                 "E[accepted drafts | drafted block] of both rules on the same blocks, and counted tau / tokens per s",
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": {**machine_info(), "loadavg_before": load0, "loadavg_after": os.getloadavg()},
+        "draft_weights": draft_identity(),
         "dispatch": getattr(target, "dispatch_profile", None), "k": args.k, "max_new_tokens": max_new,
         "prompts_per_task": n_per, "seeds": seeds, "quick": args.quick,
         "statistics": "each ratio: bench.paired's median over seeds of the (prompt, seed) cells' pooled ratio, block "

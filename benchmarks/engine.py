@@ -26,6 +26,7 @@ import torch
 from specdec_lesson.bench.results import machine_info
 from specdec_lesson.bench.tasks import chat, code_problems, format_code_prompt
 from specdec_lesson.drafters import PromptLookupDrafter
+from specdec_lesson.drafters.eagle import draft_identity
 from specdec_lesson.drafters.pair import load_default_pair
 from specdec_lesson.speculative import autoregressive_generate, speculative_generate
 
@@ -133,7 +134,8 @@ def run(args) -> dict:
             "statistics": "per prompt: tokens/s the median over repeats; speedup the median over repeats of the repeat's "
                           "tokens/s over ar's in the same repeat (greedy: every repeat emits the same tokens); engine "
                           "overhead = (wall - target forwards - drafter calls) / wall, median over repeats",
-            "machine": {**machine_info(), "platform": platform.platform()}, "cpus": os.cpu_count(),
+            "machine": {**machine_info(), "platform": platform.platform()}, "draft_weights": draft_identity(),
+            "cpus": os.cpu_count(),
             "torch": torch.__version__, "threads": torch.get_num_threads(), "date": time.strftime("%Y-%m-%d %H:%M")}
 
 

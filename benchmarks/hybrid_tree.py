@@ -37,7 +37,7 @@ from tree_vs_chain import PHASES, paired, run_once, summarise
 from specdec_lesson.bench.paired import CI_METHOD
 from specdec_lesson.bench.results import machine_info
 from specdec_lesson.bench.tasks import chat, task_items
-from specdec_lesson.drafters.eagle import EagleDrafter
+from specdec_lesson.drafters.eagle import EagleDrafter, draft_identity
 from specdec_lesson.drafters.hybrid import HybridDrafter
 from specdec_lesson.drafters.suffix import CorpusLookupDrafter, default_answer_index
 from specdec_lesson.speculative import autoregressive_generate, speculative_generate
@@ -140,6 +140,7 @@ def main() -> None:
                       "interval_coverage.json); greedy, so the repeats of a prompt emit the same tokens",
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": {**machine_info(), "loadavg_before": load0, "loadavg_after": os.getloadavg()},
+        "draft_weights": draft_identity(),
         "dispatch": getattr(target, "dispatch_profile", None), "max_new_tokens": max_new, "prompts_per_task": n_per,
         "repeats": args.repeats, "quick": args.quick, "trees": {n: repr(s) for n, s in trees.items()},
         "median_speedup_over_tasks": summary, "tasks": by_task,

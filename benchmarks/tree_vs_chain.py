@@ -38,6 +38,7 @@ import torch
 from specdec_lesson.bench.paired import CI_METHOD, paired_task_speedup, prompt_speedup, two_level_bootstrap_ci
 from specdec_lesson.bench.results import machine_info
 from specdec_lesson.bench.tasks import chat, task_items
+from specdec_lesson.drafters.eagle import draft_identity
 from specdec_lesson.speculative import autoregressive_generate, speculative_generate
 from specdec_lesson.tree import DynamicTree, StaticTree, tree_generate
 
@@ -194,6 +195,7 @@ def main() -> None:
         "what": "tau (tokens per target forward) and wall-clock of chains vs token trees, greedy, default pair",
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": {**machine_info(), "loadavg_before": load0, "loadavg_after": os.getloadavg()},
+        "draft_weights": draft_identity(),
         "statistics": f"speedup: bench.paired's median over repeats of each repeat's paired throughput ratio over "
                       f"plain decoding; interval: {CI_METHOD}, nominal 95% (below nominal with few prompts: "
                       "interval_coverage.json); greedy, so the repeats of a prompt emit the same tokens",

@@ -169,6 +169,10 @@ def load_models(pair: str | None = "default", target: str | None = None, draft: 
         if isinstance(drf, torch.nn.Module) and draft_device != device:
             drf = drf.to(draft_device)
         info = {"pair": "default", "target": M.DEFAULT_TARGET_NAME + " (linears pre-packed for oneDNN on CPU)", "draft": dname}
+        if dname is not None:  # which draft: the shipped one changes between stages
+            from ..drafters.eagle import draft_identity
+
+            info["draft_weights"] = draft_identity()
         if dispatch is not None:
             info["dispatch"] = dispatch
         return Loaded(tgt, drf, tok, info, notes, tok.eos_token_id)

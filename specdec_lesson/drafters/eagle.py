@@ -359,6 +359,22 @@ def load_draft(target, folder: Path, name: str = DEFAULT_DRAFT_NAME, dtype=torch
     return model.to(dtype).eval()
 
 
+def draft_identity(folder: Path = DEFAULT_DRAFT_DIR, name: str = DEFAULT_DRAFT_NAME) -> dict:
+    """What names a draft in a benchmark's record: its weights' sha256 (first 16 hex digits), output subset and the
+    training steps of its whole chain, so a result says which draft made it even after the shipped one changes."""
+    import hashlib
+
+    weights, meta = folder / f"{name}.safetensors", folder / f"{name}.json"
+    if not weights.is_file() or not meta.is_file():
+        return {"folder": str(folder), "missing": True}
+    cfg = json.loads(meta.read_text())
+    steps, t = 0, cfg.get("training") or {}
+    while isinstance(t, dict) and t:  # each run records the run it started from under "init"
+        steps, t = steps + int(t.get("steps", 0)), t.get("init")
+    return {"sha256_16": hashlib.sha256(weights.read_bytes()).hexdigest()[:16], "n_sub": cfg["config"].get("n_sub"),
+            "steps_total": steps}
+
+
 def load_default_draft(target) -> EagleDrafter:
     """The shipped distilled draft for SmolLM2-135M-Instruct, as a Drafter for ``speculative_generate``."""
     return EagleDrafter(load_draft(target, DEFAULT_DRAFT_DIR))
