@@ -105,14 +105,18 @@ def _errors(rows: list[dict]) -> dict:
     return out
 
 
-def redo_draft_vocab(dv: dict, costs, kinds: tuple[str, ...] = ("code", "math")) -> dict:
+def redo_draft_vocab(dv: dict, costs, kinds: tuple[str, ...] = ("code", "math"), ref_n: int | None = None) -> dict:
     """A draft_vocab file's theory.speedup(alpha, K, c, T(K+1)/T(1)) with in-run costs, per style in ``kinds``:
-    c = draft(K) x ms[N] / ms[shipped] / (K t_plain), verify_ratio = (T(K + 1) + overhead) / t_plain."""
+    c = draft(K) x ms[N] / ms[ref] / (K t_plain), verify_ratio = (T(K + 1) + overhead) / t_plain.  ``ref`` is the
+    subset whose head size the runs' draft had (``ref_n``, from the runs' ``draft_weights``: their in-run draft cost
+    is that head's), else the file's ``shipped-N`` subset (files made before the runs named their draft)."""
     k = int(dv["k"])
     shipped = [n for n in dv["subsets"] if n.startswith("shipped-")]
     if len(shipped) != 1:
         raise UsageError("draft_vocab.json has no single 'shipped-N' subset; restore it from git")
-    ms0 = dv["subsets"][shipped[0]]["draft_ms_per_token"]
+    same = [n for n, s in dv["subsets"].items() if ref_n is not None and s["n"] == ref_n]
+    ref = same[0] if same else shipped[0]
+    ms0 = dv["subsets"][ref]["draft_ms_per_token"]
     over = costs.overhead.get(f"chain-k{k}", 0.0)
     ratio = (costs.T(k + 1) + over) / costs.t_plain
     out = {}
@@ -125,7 +129,8 @@ def redo_draft_vocab(dv: dict, costs, kinds: tuple[str, ...] = ("code", "math"))
     best = {kind: max(out, key=lambda n: out[n]["predicted_speedup_inrun"][kind]) for kind in kinds}
     return {"k": k, "verify_ratio_probe": dv["verify_ratio"], "verify_ratio_inrun": ratio,
             "verify_ratio_inrun_without_overhead": costs.T(k + 1) / costs.t_plain, "overhead_s": over,
-            "draft_s_per_step_shipped_inrun": costs.draft_cost(k), "draft_s_per_step_shipped_probe": k * ms0 / 1e3,
+            "reference_subset": ref, "draft_s_per_step_shipped_inrun": costs.draft_cost(k),
+            "draft_s_per_step_shipped_probe": k * ms0 / 1e3,
             "subsets": out, "best_inrun": best, "best_probe": dv.get("best")}
 
 
@@ -136,7 +141,7 @@ def compute(results: Path = RESULTS) -> dict:
     out: dict = {"what": "cost model calibrated on the runs' own counters (specdec_lesson.sim.runcost), "
                          "leave-one-prompt-out predictions vs measured paired speedups (issue 27)",
                  "target_speedup": TARGET, "kinds": {}}
-    pooled_by_kind = {}
+    pooled_by_kind, head_n = {}, {}
     for kind, names in KINDS.items():
         files, all_runs, rows_kind = {}, [], []
         loaded = {name: _load(results, name, kind) for name in names}
@@ -151,6 +156,7 @@ def compute(results: Path = RESULTS) -> dict:
                 all_runs += runs
                 rows_kind += rows
         pooled = pooled_by_kind[kind] = in_run_costs(all_runs)
+        head_n[kind] = ((loaded[names[0]].get("pair") or {}).get("draft_weights") or {}).get("n_sub")
         n_max = max(pooled.verify_points)
         if pooled.draft_fit is not None:
             ks, ks_ext = list(range(1, n_max)), list(range(1, 9))
@@ -179,7 +185,8 @@ def compute(results: Path = RESULTS) -> dict:
     if mix.is_file():
         dvm = json.loads(mix.read_text())
         out["draft_vocab_mixture_redone"] = {"file": mix.name, "machine_kind": "Intel Xeon",
-                                             **redo_draft_vocab(dvm, pooled_by_kind["Intel Xeon"], MIX_STYLES)}
+                                             **redo_draft_vocab(dvm, pooled_by_kind["Intel Xeon"], MIX_STYLES,
+                                                                ref_n=head_n["Intel Xeon"])}
     return out
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from specdec_lesson.bench.ledger import file_table, machine_line, matrix, matrix_svg, read_block, replace_block
+from specdec_lesson.bench.ledger import draft_line, file_table, machine_line, matrix, matrix_svg, read_block, replace_block
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -99,6 +99,14 @@ def test_machine_kind_tells_the_amd_generations_apart():
     line = machine_line({"machine": {"cpu": "AMD EPYC", "kind": "AMD Zen 5", "isa": ["avx2"], "torch_threads": 2,
                                      "torch": "2.13.0"}})
     assert line == "AMD EPYC (AMD Zen 5) (avx2), 2 threads, torch 2.13.0"
+
+
+def test_draft_line_names_the_draft_a_run_used():
+    w = {"sha256_16": "21c0bba8c460bd6f", "n_sub": 2048, "steps_total": 6900}
+    assert draft_line({"pair": {"pair": "default", "draft_weights": w}}) == \
+        "draft weights 21c0bba8c460bd6f (output subset 2048, 6900 training steps)"
+    assert "not recorded" in draft_line({"pair": {"pair": "default"}})
+    assert draft_line({"pair": {"pair": "tiny"}}) == ""  # a custom or toy pair names its draft in pair.draft
 
 
 def test_every_archived_file_is_labelled():

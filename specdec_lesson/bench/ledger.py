@@ -11,7 +11,7 @@ from __future__ import annotations
 import html
 import re
 
-__all__ = ["STYLES", "MATRIX_METHODS", "machine_line", "matrix", "file_table", "matrix_svg", "replace_block",
+__all__ = ["STYLES", "MATRIX_METHODS", "machine_line", "draft_line", "matrix", "file_table", "matrix_svg", "replace_block",
            "read_block"]
 
 STYLES = ("code", "requests", "math", "chat")  # the order of columns; a style absent from a file is left out
@@ -45,6 +45,18 @@ def machine_line(results: dict) -> str:
     cpu = m.get("cpu") or m.get("processor") or "unknown CPU"
     kind = f" ({m['kind']})" if m.get("kind") else ""
     return f"{cpu}{kind}{f' ({isa})' if isa else ''}, {m.get('torch_threads', '?')} threads, torch {m.get('torch', '?')}"
+
+
+def draft_line(results: dict) -> str:
+    """Which draft made a results file: ``draft weights 21c0bba8c460bd6f (output subset 2048, 6900 training steps)``
+    from its ``pair.draft_weights`` (``drafters.eagle.draft_identity``); files made before 2026-12-06 do not say."""
+    pair = results.get("pair") or {}
+    w = pair.get("draft_weights")
+    if not w:
+        return "draft not recorded in the file (a run before 2026-12-06)" if pair.get("pair") == "default" else ""
+    if w.get("missing"):
+        return "no draft weights"
+    return f"draft weights {w['sha256_16']} (output subset {w['n_sub']}, {w['steps_total']} training steps)"
 
 
 def _n(results: dict, style: str) -> str:

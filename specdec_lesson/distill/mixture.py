@@ -46,8 +46,9 @@ and standard-library tokens); re-choosing N by acceptance per millisecond on the
 Stages 4-6 (sessions 18-19, on an Intel Xeon with AMX) trained the shipped stage-3 draft further on the same 2.7M
 positions (features in bf16 autocast, 22 minutes; each stage 1200 steps at lr 3e-4, about 32 minutes), each from the
 one before; stage 6 draws its batches with ``--seed 1`` (stages 4 and 5 both used seed 0, so they saw the batches in
-the same order).  ``benchmarks/results/draft_styles.json`` scores every stage on the same held-out prompts;
-``benchmarks/candidates/README.md`` says which candidate is committed and how to ship it::
+the same order).  ``benchmarks/results/draft_styles.json`` scores every stage on the same held-out prompts.  Stage 6,
+re-headed to the 2048-token output subset that ``draft_vocab_mixture_intel.json`` found fastest, is the shipped draft
+since 2026-12-06 (``benchmarks/candidates/README.md`` says how a later candidate is shipped)::
 
     python -m specdec_lesson.distill features --out runs/mix4 --mixture --bf16 --aux-layers none --threads 2
     ln -s "$PWD/runs/held4/heldout.pt" runs/mix4/heldout.pt
@@ -57,6 +58,9 @@ the same order).  ``benchmarks/results/draft_styles.json`` scores every stage on
         --init-json specdec_lesson/data/eagle_smollm2.json
     # stage 5: a folder runs/mix5 with data -> runs/mix4/data and the heldout.pt link, --init runs/stage4,
     # exported to runs/stage5; stage 6: runs/mix6, --init runs/stage5 --seed 1, exported to runs/stage6
+    python -m specdec_lesson.distill resubset --src runs/stage6 --dest benchmarks/candidates/stage6 --n-sub 2048 \
+        --heldout runs/held4/heldout.pt
+    cp benchmarks/candidates/stage6/eagle_smollm2* specdec_lesson/data/   # shipped with a rerun of the benchmarks
 """
 
 from __future__ import annotations
