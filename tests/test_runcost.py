@@ -158,3 +158,20 @@ def test_redo_draft_vocab_scores_every_style_with_in_run_costs():
         cc = c.draft_cost(4) * ms / 2.0 / (4 * c.t_plain)
         assert out["subsets"][name]["c_inrun"] == pytest.approx(cc)
         assert out["subsets"][name]["predicted_speedup_inrun"]["chat"] == pytest.approx(speedup(0.4, 4, cc, ratio))
+
+
+def test_redo_draft_vocab_scales_from_the_head_the_runs_timed():
+    """When the runs' draft had a 2048-token head, its in-run cost is that head's: scale from the 2048 row, not the
+    shipped-8192 one (the file's older default)."""
+    c = in_run_costs([_run("ar", "ar", None, "p", steps=40, emitted=40, t_verify=1.0),
+                      _run("chain-k4", "chain", 4, "p", steps=10, emitted=30, t_verify=0.375, t_draft=0.2,
+                           accepted=20, rejections=10)])
+    off = {s: {"alpha_tok": 0.5} for s in ("code", "math")}
+    dv = {"k": 4, "verify_ratio": 1.5, "best": None,
+          "subsets": {"answers-2048": {"n": 2048, "draft_ms_per_token": 1.0, "offline": off, "predicted_speedup": {}},
+                      "shipped-8192": {"n": 8192, "draft_ms_per_token": 2.0, "offline": off, "predicted_speedup": {}}}}
+    out = _script().redo_draft_vocab(dv, c, ref_n=2048)
+    assert out["reference_subset"] == "answers-2048"
+    assert out["subsets"]["answers-2048"]["draft_s_per_step_inrun"] == pytest.approx(c.draft_cost(4))
+    assert out["subsets"]["shipped-8192"]["draft_s_per_step_inrun"] == pytest.approx(2 * c.draft_cost(4))
+    assert _script().redo_draft_vocab(dv, c)["reference_subset"] == "shipped-8192"  # runs that did not name a draft
