@@ -1,5 +1,7 @@
 """The draft's training mixture (distill.mixture, chat_prompts, magpie, overlap) and the held-out chat task."""
 
+import random
+
 import numpy as np
 import pytest
 import torch
@@ -79,6 +81,39 @@ def test_mix_is_deterministic_resumes_after_an_interruption_and_never_overwrites
     assert path.read_bytes() == before and not mixture.shard_path(tmp_path / "b", 5, 3).exists()
 
 
+def test_a_later_seed_asks_new_questions_with_its_own_shares_and_stops_if_the_earlier_seed_changed(tmp_path, monkeypatch):
+    asked: dict[int, list[tuple[str, str]]] = {}
+    real = mixture._answer
+
+    def record(model, tok, items, seed, i, *args):
+        asked.setdefault(seed, []).extend(items)
+        return real(model, tok, items, seed, i, *args)
+
+    monkeypatch.setattr(mixture, "_answer", record)
+    small = [("chat", f"Tell me about item {j}.") for j in range(60)]  # a small pool: seed 0 uses a good part of it
+    monkeypatch.setattr(mixture, "templated_chat_prompts", lambda seed: random.Random(seed).sample(small, len(small)))
+    mixture._templated.cache_clear()
+    monkeypatch.setattr(mixture, "_templated", mixture._templated.__wrapped__)
+    mixture.run_mix(tmp_path, 0, 3, **FAST)
+    shares = {"chat": 0.5, "magpie": 0.25, "code": 0.25, "math": 0.0}
+    mixture.run_mix(tmp_path, 1, 3, **FAST, shares=shares)
+    chat = {s: [t for k, t in asked[s] if k == "chat"] for s in (0, 1)}
+    magpie = {s: [t for k, t in asked[s] if k == "magpie"] for s in (0, 1)}
+    assert len(chat[1]) >= 3 * 6 and len(set(chat[1])) == len(chat[1])  # 6 chat prompts a shard, none repeated
+    assert not set(chat[0]) & set(chat[1]) and not set(magpie[0]) & set(magpie[1])  # seed 1 asks new questions
+    assert mixture._chat_pool(1, mixture._earlier_seeds(tmp_path, 1)[1])[:6] == chat[1][:6]  # recomputed alike
+    for i in range(3):
+        rows, meta = load_answer_corpus(mixture.shard_path(tmp_path, 1, i))
+        assert meta["after"] == {"0": 3} and meta["shares"] == shares and meta["mixture"] == mixture.MIX_FORMAT
+        assert not any(r["kind"] == "math" for r in rows) and sum(r["kind"] == "code" for r in rows) == 3
+    mixture.run_mix(tmp_path, 0, 4, **FAST)  # seed 0 grows: seed 1's pool would change, so its resume stops
+    with pytest.raises(ValueError, match=r"mix_1_000\.npz was made with other settings \(after=\{'0': 3\} \(now "
+                                         r"\{'0': 4\}\)\)"):
+        mixture.run_mix(tmp_path, 1, 4, **FAST, shares=shares)
+    with pytest.raises(ValueError, match=r"must each lie in \[0, 1\] and sum to 1"):
+        mixture.run_mix(tmp_path, 2, 1, **FAST, shares=dict(shares, math=0.5))
+
+
 def test_mix_command_line(tmp_path, capsys):
     from specdec_lesson.distill.cli import main
 
@@ -89,6 +124,8 @@ def test_mix_command_line(tmp_path, capsys):
     assert "never overwritten" in capsys.readouterr().err
     assert main(["mix", "--fast", "--shards", "0", "--out", str(tmp_path)]) == 2
     assert "--shards must be an integer >= 1, got 0" in capsys.readouterr().err
+    assert main(args[:-2] + ["--shares", "chat=0.5,magpie=0.5", "--out", str(tmp_path)]) == 2
+    assert "the shares name ['chat', 'magpie']: give each of ['chat', 'code', 'magpie', 'math'] once" in capsys.readouterr().err
 
 
 def test_magpie_prefix_sampling_and_filter():
@@ -187,7 +224,7 @@ def test_every_training_prompt_is_disjoint_from_every_held_out_prompt():
     for path in mixture.mixture_files():
         meta = load_answer_corpus(path)[1]
         train += meta["magpie_questions"]
-        n = mixture.shard_counts(meta["shard_size"])["math"] * (meta["shard"] + 1)
+        n = mixture.shard_counts(meta["shard_size"], meta["shares"])["math"] * (meta["shard"] + 1)
         n_math[meta["seed"]] = max(n, n_math.get(meta["seed"], 0))
     for seed, n in n_math.items():
         train += math_train_questions(n, seed + mixture._POOL_OFFSET)

@@ -145,6 +145,8 @@ def _parser() -> OneLineParser:
     m.add_argument("--shard-size", type=int, default=256, help="answers per shard")
     m.add_argument("--batch", type=int, default=32)
     m.add_argument("--max-new", type=int, default=192)
+    m.add_argument("--shares", default=None, help="the kinds' proportions, e.g. chat=0.25,magpie=0.45,code=0.18,math=0.12 "
+                   "(default: distill.mixture.SHARES); recorded in each shard, so a resume must give the same")
     r = sub.add_parser("resubset", help="re-head the shipped draft over the N most frequent reply tokens of the answers")
     r.add_argument("--n-sub", type=int, required=True, help="size of the new output subset")
     r.add_argument("--heldout", type=Path, default=None, help="held-out set (distill heldout) to rescore alpha on")
@@ -241,11 +243,20 @@ def _check(a) -> None:
     elif a.cmd == "export-vllm" and a.dest is not None:
         check_writable_dir(a.dest, "--dest")
     elif a.cmd == "mix":
-        from .mixture import DEFAULT_DIR
+        from .mixture import DEFAULT_DIR, check_shares
 
         for name in ("shards", "shard_size", "batch", "max_new"):
             pos(name)
         a.out = a.out or DEFAULT_DIR
+        if a.shares is not None:
+            raw, pairs = a.shares, [kv.split("=") for kv in a.shares.split(",")]
+            try:
+                if any(len(kv) != 2 for kv in pairs):
+                    raise ValueError("each item must be one kind=share pair")
+                a.shares = check_shares({k.strip(): float(v) for k, v in pairs})
+            except ValueError as e:  # a malformed pair, a bad number or a bad set of kinds
+                raise UsageError(f"--shares {raw!r}: {e}; write kind=share pairs separated by commas, e.g. "
+                                 f"chat=0.25,magpie=0.45,code=0.18,math=0.12") from None
     if a.cmd in ("features", "train"):
         a.aux_layers = _layers(a.aux_layers)
         if a.cmd == "train" and a.aux_layers == "none":
@@ -368,7 +379,8 @@ def _run(a) -> None:
     elif a.cmd == "mix":
         from .mixture import run_mix
 
-        print(json.dumps(run_mix(a.out, a.seed, a.shards, a.shard_size, a.batch, a.max_new, fast=a.fast)))
+        print(json.dumps(run_mix(a.out, a.seed, a.shards, a.shard_size, a.batch, a.max_new, fast=a.fast,
+                                 shares=a.shares)))
     elif a.cmd == "export-vllm":
         from ..models import load_default_target
         from .export_vllm import ARCH, default_export_dir, export_vllm

@@ -68,6 +68,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -82,9 +83,10 @@ from .overlap import NearDuplicateIndex, content, heldout_texts
 from .teacher import generate_teacher
 
 __all__ = ["DEFAULT_DIR", "MIX_FORMAT", "SHARES", "SAMPLE_EVERY", "SAMPLED_T", "shard_path", "mixture_files",
-           "shard_counts", "run_mix"]
+           "shard_counts", "check_shares", "run_mix"]
 
-MIX_FORMAT = 1
+MIX_FORMAT = 2  # 1: a shard's chat slice strides by chat + magpie (seed 0); 2: by chat, a Magpie shortfall filled
+# from the pool's other end (so a small chat share does not skip most of the pool)
 DEFAULT_DIR = Path(__file__).resolve().parents[1] / "data" / "mixture"
 SHARES = {"chat": 0.45, "magpie": 0.25, "code": 0.18, "math": 0.12}
 SAMPLE_EVERY, SAMPLED_T = 3, 0.7
@@ -100,9 +102,20 @@ def mixture_files(out: Path = DEFAULT_DIR) -> list[Path]:
     return sorted(out.glob("mix_*_*.npz"))
 
 
-def shard_counts(shard_size: int) -> dict[str, int]:
-    """Answers of each kind in a shard of ``shard_size``: ``SHARES`` rounded by largest remainder."""
-    raw = {k: shard_size * s for k, s in SHARES.items()}
+def check_shares(shares: dict[str, float]) -> dict[str, float]:
+    """``shares`` if it gives every kind of ``SHARES`` (and no other) a share >= 0, summing to 1; else ValueError."""
+    if set(shares) != set(SHARES):
+        raise ValueError(f"the shares name {sorted(shares)}: give each of {sorted(SHARES)} once")
+    if any(not 0 <= v <= 1 for v in shares.values()) or abs(sum(shares.values()) - 1) > 1e-6:
+        raise ValueError(f"the shares {shares} must each lie in [0, 1] and sum to 1 (they sum to "
+                         f"{sum(shares.values()):g})")
+    return {k: float(shares[k]) for k in SHARES}
+
+
+def shard_counts(shard_size: int, shares: dict[str, float] | None = None) -> dict[str, int]:
+    """Answers of each kind in a shard of ``shard_size``: ``shares`` (default ``SHARES``) rounded by largest
+    remainder."""
+    raw = {k: shard_size * s for k, s in (shares or SHARES).items()}
     counts = {k: int(v) for k, v in raw.items()}
     for k in sorted(raw, key=lambda k: counts[k] - raw[k])[: shard_size - sum(counts.values())]:
         counts[k] += 1
@@ -130,15 +143,44 @@ class _ByteTokenizer:
         return "".join(chr(32 + (int(i) - 3) % 93) for i in ids if int(i) >= 3)
 
 
-def _pools(seed: int, fast: bool) -> dict[str, list[str]]:
-    """The seed's ordered prompt lists: templated chat, code (wrapped), math questions come per shard."""
+@lru_cache(maxsize=8)
+def _templated(seed: int) -> tuple[str, ...]:
+    return tuple(t for _, t in templated_chat_prompts(seed))
+
+
+def _chat_pool(seed: int, earlier: list[dict], after: dict[str, int] | None = None) -> list[str]:
+    """The seed's templated chat prompts, less those that ``earlier`` shards of lower seeds answered (with ``after``,
+    only seed s's first ``after[s]`` shards: the ones there when a shard of ``seed`` was made)."""
+    keep = [m for m in earlier if m["seed"] < seed and (after is None or m["shard"] < after.get(str(m["seed"]), 0))]
+    used: set[str] = set()
+    for m in keep:  # each earlier shard's own pool, recomputed the same way
+        counts = shard_counts(m["shard_size"], m.get("shares"))
+        pool = _chat_pool(m["seed"], keep, m.get("after", {}))
+        used.update(_chat_slice(pool, m["shard"], counts, len(m["magpie_questions"]), m["mixture"]))
+    return [t for t in _templated(seed) if t not in used] or list(_templated(seed))  # all used: start again
+
+
+def _earlier_seeds(out: Path, seed: int) -> tuple[dict[str, int], list[dict]]:
+    """The shards of lower seeds under ``out``: their count per seed (recorded in the settings, so that a resume
+    after they changed stops) and their metas."""
+    metas = [load_answer_corpus(p)[1] for p in mixture_files(out)]
+    metas = [m for m in metas if m["seed"] < seed]
+    after: dict[str, int] = {}
+    for m in metas:
+        after[str(m["seed"])] = after.get(str(m["seed"]), 0) + 1
+    return dict(sorted(after.items())), metas
+
+
+def _pools(seed: int, fast: bool, earlier: list[dict] = ()) -> dict[str, list[str]]:
+    """The seed's ordered prompt lists: templated chat (less the ones ``earlier`` shards of lower seeds answered, so
+    that a new seed asks new questions while any are left), code (wrapped); math questions come per shard."""
     if fast:  # HumanEval only: parsing the standard library takes seconds
         from .data import CODE_TEMPLATE
 
         code = [CODE_TEMPLATE.format(prompt=p) for p in humaneval_train_prompts()]
     else:
         code = [t for _, t in training_prompts(100_000, 0, seed + _POOL_OFFSET)]
-    return {"chat": [t for _, t in templated_chat_prompts(seed)], "code": code}
+    return {"chat": _chat_pool(seed, list(earlier)), "code": code}
 
 
 def _take(pool: list[str], start: int, n: int) -> list[str]:
@@ -162,11 +204,20 @@ def _magpie(model, tok, n: int, batch: int, gen: torch.Generator, seen: NearDupl
     return got, drawn
 
 
+def _chat_slice(pool: list[str], i: int, counts: dict[str, int], n_questions: int, layout: int) -> list[str]:
+    """Shard ``i``'s templated chat prompts: ``counts["chat"]``, and as many more as Magpie fell short of
+    ``counts["magpie"]`` (``layout``: ``MIX_FORMAT`` of the shard)."""
+    short = counts["magpie"] - n_questions
+    if layout == 1:  # the slice strides by chat + magpie, sized for a shortfall
+        n_chat = counts["chat"] + counts["magpie"]
+        return _take(pool, i * n_chat, n_chat)[: counts["chat"] + short]
+    return _take(pool, i * counts["chat"], counts["chat"]) + _take(pool[::-1], i * counts["magpie"], short)
+
+
 def _shard_items(seed: int, i: int, pools: dict, counts: dict[str, int], questions: list[str]) -> list[tuple[str, str]]:
     """Shard ``i``'s (kind, user text): its slices of the seed's pools, and the Magpie ``questions``."""
-    n_chat = counts["chat"] + counts["magpie"]  # the chat slice is sized for a Magpie shortfall
-    chat = _take(pools["chat"], i * n_chat, n_chat)
-    items = [("chat", t) for t in chat[: n_chat - len(questions)]] + [("magpie", q) for q in questions]
+    chat = _chat_slice(pools["chat"], i, counts, len(questions), MIX_FORMAT)
+    items = [("chat", t) for t in chat] + [("magpie", q) for q in questions]
     items += [("code", t) for t in _take(pools["code"], i * counts["code"], counts["code"])]
     math = math_train_questions((i + 1) * counts["math"], seed + _POOL_OFFSET)[i * counts["math"]:]
     return items + [("math", MATH_TEMPLATE.format(question=q)) for q in math]
@@ -194,10 +245,11 @@ def _answer(model, tok, items: list[tuple[str, str]], seed: int, i: int, batch: 
     return rows
 
 
-def _settings(seed, shard_size, batch, max_new, name) -> dict:
-    return {"format": ANSWERS_FORMAT, "mixture": MIX_FORMAT, "seed": seed, "shard_size": shard_size, "batch": batch,
-            "max_new": max_new, "shares": SHARES, "sample_every": SAMPLE_EVERY, "sampled_temperature": SAMPLED_T,
-            "magpie": MAGPIE_SETTINGS, "model": name}
+def _settings(seed, shard_size, batch, max_new, name, shares, after) -> dict:
+    settings = {"format": ANSWERS_FORMAT, "mixture": MIX_FORMAT, "seed": seed, "shard_size": shard_size,
+                "batch": batch, "max_new": max_new, "shares": shares, "sample_every": SAMPLE_EVERY,
+                "sampled_temperature": SAMPLED_T, "magpie": MAGPIE_SETTINGS, "model": name}
+    return dict(settings, after=after) if after else settings  # seed 0's shards predate "after"
 
 
 def _check_existing(out: Path, seed: int, shards: int, settings: dict) -> list[dict]:
@@ -218,17 +270,22 @@ def _check_existing(out: Path, seed: int, shards: int, settings: dict) -> list[d
 
 
 def run_mix(out: Path, seed: int, shards: int, shard_size: int = 256, batch: int = 32, max_new: int = 192,
-            fast: bool = False, progress: bool = True, model=None, tokenizer=None) -> dict:
+            fast: bool = False, progress: bool = True, model=None, tokenizer=None,
+            shares: dict[str, float] | None = None) -> dict:
     """Write shards 0..``shards``-1 of ``seed`` under ``out`` that are missing; returns a summary (shards written and
-    skipped, positions, positions per second)."""
+    skipped, positions, positions per second).  ``shares`` (default ``SHARES``) sets the kinds' proportions.  The
+    shards of lower seeds already under ``out`` shape this seed's: their templated chat prompts and Magpie
+    questions are not asked again (their count per seed is in the settings as ``after``)."""
     from tqdm import tqdm
 
+    shares = check_shares(shares or SHARES)
     name = "tiny random (--fast)" if fast else "a model passed in"
     if model is None and not fast:
         from ..models import DEFAULT_TARGET_NAME
 
         name = DEFAULT_TARGET_NAME  # a name, never a path of this machine
-    settings = _settings(seed, shard_size, batch, max_new, name)
+    after, earlier = _earlier_seeds(out, seed)
+    settings = _settings(seed, shard_size, batch, max_new, name, shares, after)
     metas = _check_existing(out, seed, shards, settings)  # before the model loads
     todo = [i for i in range(shards) if not shard_path(out, seed, i).exists()]
     summary = {"shards_written": 0, "shards_skipped": shards - len(todo), "positions": 0, "reply_tokens": 0, "seconds": 0.0}
@@ -246,14 +303,15 @@ def run_mix(out: Path, seed: int, shards: int, shard_size: int = 256, batch: int
             model, tokenizer = load_default_target(verbose=False, fast=True)  # pre-packed: batched rows run faster
     if tokenizer.vocab_size > 65536:
         raise ValueError(f"the tokenizer has {tokenizer.vocab_size} tokens; shards store ids as uint16 (< 65536)")
-    pools = _pools(seed, fast)
+    pools = _pools(seed, fast, earlier)
     heldout = NearDuplicateIndex([content(t) for _, t in heldout_texts()])
-    counts = shard_counts(shard_size)
+    counts = shard_counts(shard_size, shares)
+    before = [q for m in earlier for q in m["magpie_questions"]]
     t_start = time.time()
     bar = tqdm(total=len(todo) * shard_size, desc=f"mix seed {seed}", unit="ans", disable=not progress)
     for i in todo:
         t0 = time.time()
-        seen = NearDuplicateIndex([q for m in metas if m["shard"] < i for q in m["magpie_questions"]])
+        seen = NearDuplicateIndex(before + [q for m in metas if m["shard"] < i for q in m["magpie_questions"]])
         gen = torch.Generator().manual_seed(_seed_of("magpie", seed, i))
         with torch.inference_mode():
             questions, drawn = _magpie(model, tokenizer, counts["magpie"], batch, gen, seen, heldout)
@@ -264,6 +322,7 @@ def run_mix(out: Path, seed: int, shards: int, shard_size: int = 256, batch: int
         seconds = time.time() - t0
         meta = dict(settings, shard=i, answers=len(rows), tokens=positions, reply_tokens=reply,
                     kinds={k: sum(r["kind"] == k for r in rows) for k in SHARES}, magpie_questions=questions,
+                    chat_prompts_left=len(pools["chat"]),
                     magpie_drawn=drawn, seconds=round(seconds, 1))
         if shard_path(out, seed, i).exists():  # never replaced, even when another run wrote it meanwhile
             raise ValueError(f"shard {shard_path(out, seed, i)} appeared while this run was making it: another run with "
