@@ -47,13 +47,22 @@ def test_bad_flags_fail_before_loading_models(tmp_path):
 
 
 def test_the_shipped_subset_is_the_one_resubset_chooses():
-    """The shipped d2t is reproducible: ``distill resubset --n-sub N`` over the shipped answers gives it back."""
-    from specdec_lesson.distill.subset import answer_subset
+    """The shipped d2t is reproducible: ``distill resubset --n-sub N`` over the answer files its record names (the
+    mixture grows after a draft ships) gives it back; they are shipped files, and a file more or less changes it."""
+    import json
+
+    from specdec_lesson.distill.subset import answer_subset, data_name, subset_files
+    from specdec_lesson.drafters.eagle import DEFAULT_DRAFT_DIR, DEFAULT_DRAFT_NAME
     from specdec_lesson.drafters.pair import load_default_pair
 
     target, drafter, tok = load_default_pair(tune=False)
     d2t = drafter.model.d2t  # [N]
-    assert torch.equal(d2t, answer_subset(len(d2t), target.config.vocab_size, tok.eos_token_id))
+    names = json.loads((DEFAULT_DRAFT_DIR / f"{DEFAULT_DRAFT_NAME}.json").read_text())["subset"]["files"]
+    files = tuple(DEFAULT_DRAFT_DIR / n for n in names)
+    assert all(f.is_file() for f in files) and set(names) <= {data_name(f) for f in subset_files()}
+    V = target.config.vocab_size
+    assert torch.equal(d2t, answer_subset(len(d2t), V, tok.eos_token_id, files))
+    assert not torch.equal(d2t, answer_subset(len(d2t), V, tok.eos_token_id, files[:-1]))  # the last shard counts
     assert tok.eos_token_id in d2t.tolist()
 
 
@@ -65,7 +74,7 @@ def test_resubset_rewrites_a_draft_folder_in_place(tmp_path):
 
     from safetensors.torch import load_file
 
-    from specdec_lesson.distill.subset import SUBSET_SOURCE, run_resubset
+    from specdec_lesson.distill.subset import SUBSET_SOURCE, data_name, run_resubset, subset_files
     from specdec_lesson.drafters.eagle import DEFAULT_DRAFT_DIR, DEFAULT_DRAFT_NAME
 
     for suffix in (".safetensors", ".json"):
@@ -76,6 +85,7 @@ def test_resubset_rewrites_a_draft_folder_in_place(tmp_path):
     meta = json.loads((tmp_path / f"{DEFAULT_DRAFT_NAME}.json").read_text())
     assert meta["config"]["n_sub"] == 1024 and after["d2t"].numel() == 1024
     assert meta["subset"] == info["subset"] and meta["subset"]["source"] == SUBSET_SOURCE
+    assert meta["subset"]["files"] == [data_name(f) for f in subset_files()]  # every shipped answer file, by name
     assert meta["subset"]["replaced_n"] == before["d2t"].numel()
     assert meta["training"]["steps"] == json.loads((DEFAULT_DRAFT_DIR / f"{DEFAULT_DRAFT_NAME}.json").read_text())[
         "training"]["steps"]

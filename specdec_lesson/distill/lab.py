@@ -8,7 +8,8 @@ acceptance is replayed on held-out answers (:func:`~specdec_lesson.distill.evalu
 * :func:`lab_rows` - teacher rows from the shipped token ids (the mixture shards in ``specdec_lesson/data/mixture``:
   chat, Magpie questions, code and math answers of the target): tokens, the target's last hidden states (one
   forward of the target per row) and the answer's kind.  Training rows and held-out rows are disjoint: held-out rows
-  come from the last shard, training rows from the others.
+  come from the last shard of seed 0, training rows from its other shards (the lab reads seed 0 alone, so that its
+  rows stay the same when later seeds' shards are added).
 * :func:`train_lab` - the training loop with one knob per argument (``n_train`` rows, ``unroll`` steps, ``n_sub``
   vocabulary subset, ``steps``); returns the loss and the held-out alpha at each evaluation.
 
@@ -36,15 +37,15 @@ def _shard_rows(path, max_len: int) -> list[dict]:
 @torch.no_grad()  # not inference_mode: the features become training inputs
 def lab_rows(target, n_train: int, n_held: int, *, max_len: int = 192, seed: int = 0, budget: int = 4096,
              progress=None) -> tuple[list[dict], list[dict]]:
-    """``(train, held)`` teacher rows for the lab: ``n_train`` rows drawn (seeded) from every mixture shard but the
-    last, ``n_held`` from the last (each row cut to ``max_len`` tokens).  ``progress(done, total)`` is called after
+    """``(train, held)`` teacher rows for the lab: ``n_train`` rows drawn (seeded) from every seed-0 mixture shard but
+    the last, ``n_held`` from the last (each row cut to ``max_len`` tokens).  ``progress(done, total)`` is called after
     each batch of target forwards (one forward per row, in batches of about ``budget`` positions)."""
     from .mixture import mixture_files
     from .teacher import forward_in_batches
 
     if n_train < 1 or n_held < 1:
         raise ValueError(f"n_train and n_held must be >= 1, got {n_train} and {n_held}")
-    files = mixture_files()
+    files = [f for f in mixture_files() if f.name.startswith("mix_0_")]  # seed 0: fixed as later seeds are added
     if len(files) < 2:
         raise ValueError("the lab needs the shipped mixture shards (specdec_lesson/data/mixture/mix_*.npz); reinstall "
                          "the package from the repository (pip install -e .)")

@@ -1,11 +1,12 @@
 """The draft's training mixture: the target's own answers to prompts of many styles (``python -m specdec_lesson.distill mix``).
 
 Each shard ``mix_<seed>_<nnn>.npz`` holds ``shard_size`` answers (prompt and reply token ids, like ``distill answers``'
-files, so ``drafters.suffix.load_answer_corpus`` and ``distill features --answers`` read it) to a mixture of:
+files, so ``drafters.suffix.load_answer_corpus`` and ``distill features --answers`` read it) to a mixture of (default
+shares, ``SHARES``):
 
 * ``chat``: templated chat requests (``distill.chat_prompts``: topics crossed with task templates), 45%;
 * ``magpie``: questions the target writes itself after its chat template's user-turn prefix (``distill.magpie``),
-  sampled at the start of the shard, filtered, deduplicated against earlier shards of the seed and against every
+  sampled at the start of the shard, filtered, deduplicated against earlier shards (of this and lower seeds) and every
   held-out evaluation prompt, near-duplicates included (``distill.overlap``), 25% (a shortfall is filled with
   more templated chat requests);
 * ``code``: HumanEval 0..81 and standard-library functions (``distill.data.training_prompts``), 18%;
@@ -20,10 +21,15 @@ and never overwritten: a shard made with other settings stops the run before the
 are written atomically (``answers._save``: a temporary file, fsync, rename).  Besides the answers' arrays a shard
 stores ``temperature`` (float32 per answer) and in its meta the settings, the counts and the Magpie questions (their
 text, for the disjointness test).  ``--fast`` runs the same code on a tiny random model with a byte-level stand-in
-tokenizer.  The shards of seed 0 under ``specdec_lesson/data/mixture`` were made on the 2-core CPU, at low priority
-beside other work, with::
+tokenizer.  ``--shares`` changes the proportions.  A later seed asks new questions: the templated chat prompts and
+Magpie questions of lower seeds' shards under ``--out`` are left out of its pools (``after`` in its settings counts
+those shards, so a resume after they changed stops).  The shards of seed 0 under ``specdec_lesson/data/mixture`` were
+made on the 2-core CPU, at low priority beside other work, those of seed 1 (Magpie-heavier; 20 shards, 1.61M positions
+in 2.5 hours on a 2-core Intel Xeon alone: 178 positions/s, about 7.5 minutes a shard of 80k positions) with::
 
     nice -n 19 python -m specdec_lesson.distill mix --seed 0 --shards 30 --shard-size 384 --batch 64 --max-new 192 --threads 2
+    python -m specdec_lesson.distill mix --seed 1 --shards 20 --shard-size 384 --batch 64 --max-new 192 --threads 2 \
+        --shares chat=0.30,magpie=0.40,code=0.18,math=0.12
 
 Stage 3 (session 13, issue 24) trained the stage-2 draft further on the mixture of prompt styles (``mix``: 30 shards of
 seed 0, 11,520 answers, 2.3M positions, plus both answer files: 2.7M positions; features in bf16 autocast, 82 minutes

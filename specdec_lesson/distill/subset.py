@@ -28,19 +28,33 @@ from .evaluate import _load_weights, _publish, backup_draft, check_draft_dest, o
 from .teacher import load_file
 from .train import choose_subset
 
-__all__ = ["SUBSET_SOURCE", "answer_subset", "with_subset", "run_resubset", "check_resubset_dest"]
+__all__ = ["SUBSET_SOURCE", "subset_files", "data_name", "answer_subset", "with_subset", "run_resubset", "check_resubset_dest"]
 
 SUBSET_SOURCE = ("the N most frequent reply tokens of the target's shipped answers to training prompts (drafters.suffix "
                  "answer files and the distill.mixture shards)")
 
 
-def answer_subset(n_sub: int, vocab: int, eos: int, files: tuple[Path, ...] | None = None) -> torch.Tensor:
-    """``d2t``: the ``n_sub`` most frequent reply tokens of the shipped answer files and mixture shards (``eos`` always
-    in), sorted."""
-    from ..drafters.suffix import ANSWER_FILES, load_answer_corpus
+def subset_files() -> list[Path]:
+    """The answer files ``answer_subset`` counts by default: the shipped answer files and every mixture shard."""
+    from ..drafters.suffix import ANSWER_FILES
     from .mixture import mixture_files
 
-    paths = [p for p in (files or (*ANSWER_FILES, *mixture_files())) if Path(p).is_file()]
+    return [Path(p) for p in (*ANSWER_FILES, *mixture_files()) if Path(p).is_file()]
+
+
+def data_name(path: Path) -> str:
+    """``path`` relative to the package's data folder (how a draft's record names the files its subset came from)."""
+    from ..drafters.eagle import DEFAULT_DRAFT_DIR
+
+    return Path(path).resolve().relative_to(DEFAULT_DRAFT_DIR.resolve()).as_posix()
+
+
+def answer_subset(n_sub: int, vocab: int, eos: int, files: tuple[Path, ...] | None = None) -> torch.Tensor:
+    """``d2t``: the ``n_sub`` most frequent reply tokens of ``files`` (default ``subset_files()``: the shipped answer
+    files and mixture shards; ``eos`` always in), sorted."""
+    from ..drafters.suffix import ANSWER_FILES, load_answer_corpus
+
+    paths = [p for p in files if Path(p).is_file()] if files else subset_files()
     if not paths:
         raise FileNotFoundError(f"no answer file among {[str(p) for p in (files or ANSWER_FILES)]}; make one with "
                                 "python -m specdec_lesson.distill answers")
@@ -92,10 +106,12 @@ def run_resubset(n_sub: int, held_path: Path | None = None, k: int = 4, dest: Pa
     V = target.config.vocab_size
     if n_sub > V:
         raise ValueError(f"--n-sub {n_sub} is larger than the target's vocabulary ({V})")
-    model = with_subset(old, target, answer_subset(n_sub, V, tok.eos_token_id))
+    files = subset_files()
+    model = with_subset(old, target, answer_subset(n_sub, V, tok.eos_token_id, tuple(files)))
     info = {k_: v for k_, v in meta.items() if k_ != "config"}
     info["subset"] = {"n": n_sub, "source": SUBSET_SOURCE, "replaced_n": len(old.d2t),
-                      "chosen_by": "benchmarks/draft_vocab.py (acceptance per millisecond)"}
+                      "chosen_by": "benchmarks/draft_vocab.py (acceptance per millisecond)",
+                      "files": [data_name(f) for f in files]}  # the mixture grows: which shards counted
     training = info.setdefault("training", {})
     stale = {key: training.pop(key) for key in list(training) if key.startswith("heldout_offline_alpha_k")}
     if held is not None:
