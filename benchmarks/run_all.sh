@@ -11,6 +11,7 @@ if [ "${1:-}" != "--skip-done" ]; then
   python benchmarks/engine.py --prompts 2 --repeats 3 --force --out "$R/engine.json"
 fi
 python benchmarks/lean_vs_hf.py --force  # the lean forward against Hugging Face's: T(n) and plain decoding
+python benchmarks/gemv_bandwidth.py --force  # the one-row products' read rate; a decode step taken apart
 python benchmarks/compile_probe.py --force --out "$R/compile_probe.json"  # does torch.compile pay for the lean forward?
 # the headline: four held-out prompt styles (HumanEval-like code, free-form function requests, math word problems,
 # general chat questions), 12 prompts each, 3 interleaved repeats; the adaptive method picks K per step

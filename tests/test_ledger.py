@@ -122,3 +122,25 @@ def test_every_archived_file_is_labelled():
         if path.suffix == ".json":
             assert f"`archive/{path.name}`" in ledger.split("## Archived records", 1)[1], path.name
             assert not (archive.parent / path.name).exists(), f"{path.name} is both archived and current"
+
+
+def test_drafts_per_step_counts_plain_steps_and_keeps_first_greedy_repeat():
+    """Shares of steps by drafts chosen: steps absent from verify_hist drafted nothing (K' = 0); a greedy file's
+    later repeats replay the same tokens and are left out; a file without verify_hist gives {}."""
+    from specdec_lesson.bench.report import drafts_per_step
+
+    def run(repeat, steps, hist, task="chat"):
+        return {"task": task, "label": "adaptive-k4", "repeat": repeat,
+                "stats": {"row_steps": steps, "verify_hist": hist}}
+
+    res = {"settings": {"temperature": 0.0},
+           "runs": [run(0, 10, {"2": [1, 1, 2], "4": [0, 0, 0, 1, 1]}),  # 4 + 2 steps with drafts, 4 without
+                    run(1, 99, {"2": [50, 0, 0]}),  # a greedy repeat: ignored
+                    run(0, 5, {"4": [5, 0, 0, 0, 0]}, task="code")]}
+    assert drafts_per_step(res, "chat", "adaptive-k4") == {0: 0.4, 2: 0.4, 4: 0.2}
+    assert drafts_per_step(res, "code", "adaptive-k4") == {0: 0.0, 4: 1.0}
+    res["settings"]["temperature"] = 0.7  # sampled repeats are different samples: pooled
+    assert drafts_per_step(res, "chat", "adaptive-k4") == {0: 53 / 109, 2: 54 / 109, 4: 2 / 109}
+    assert drafts_per_step(res, "math", "adaptive-k4") == {}
+    assert drafts_per_step({"settings": {}, "runs": [{"task": "chat", "label": "adaptive-k4", "repeat": 0,
+                                                       "stats": {"row_steps": 3}}]}, "chat", "adaptive-k4") == {}

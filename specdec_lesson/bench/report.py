@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-__all__ = ["format_table", "make_figures", "write_html", "committed_results", "verify_hists", "RESULTS_DIR"]
+__all__ = ["format_table", "make_figures", "write_html", "committed_results", "verify_hists", "drafts_per_step", "RESULTS_DIR"]
 
 RESULTS_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 
@@ -141,6 +141,23 @@ def verify_hists(results: dict, task: str, label: str, first_repeat_only: bool |
             for n, c in enumerate(h):
                 acc[n] += c
     return dict(sorted(out.items()))
+
+
+def drafts_per_step(results: dict, task: str, label: str, first_repeat_only: bool | None = None) -> dict[int, float]:
+    """What a method chose: the share of its decode steps that drafted K' tokens, ``{K': share}`` (K' = 0: a plain
+    step, no drafts), for one (task, method) of a results file, pooled over its runs.  The steps with drafts are
+    those of :func:`verify_hists`; the rest of the run's ``row_steps`` drafted nothing.  ``first_repeat_only`` as
+    there.  {} when the file stores no ``verify_hist``."""
+    if first_repeat_only is None:
+        first_repeat_only = results["settings"].get("temperature", 0) == 0
+    runs = [r for r in results["runs"] if r["task"] == task and r["label"] == label and r.get("stats")
+            and "verify_hist" in r["stats"] and not (first_repeat_only and r["repeat"] != 0)]
+    steps = sum(r["stats"]["row_steps"] for r in runs)
+    if not steps:
+        return {}
+    counts = {k: sum(h) for k, h in verify_hists(results, task, label, first_repeat_only).items()}
+    counts[0] = steps - sum(counts.values())
+    return {k: counts[k] / steps for k in sorted(counts)}
 
 
 def committed_results(folder: str | Path = RESULTS_DIR) -> list[dict]:
