@@ -28,7 +28,7 @@ import torch
 from specdec_lesson.bench.results import machine_info, write_results
 from specdec_lesson.distill.evaluate import offline_alpha
 from specdec_lesson.distill.teacher import load_file
-from specdec_lesson.drafters.eagle import DEFAULT_DRAFT_DIR, DEFAULT_DRAFT_NAME, EagleDrafter, load_draft
+from specdec_lesson.drafters.eagle import DEFAULT_DRAFT_DIR, DEFAULT_DRAFT_NAME, EagleDrafter, draft_identity, load_draft
 
 RESULTS = Path(__file__).resolve().parent / "results" / "draft_styles.json"
 STYLES = ("code", "requests", "math", "chat")
@@ -87,7 +87,8 @@ def main(argv: list[str] | None = None) -> None:
         model = load_draft(target, folder)
         meta = json.loads((folder / f"{DEFAULT_DRAFT_NAME}.json").read_text())
         acc = offline_alpha(EagleDrafter(model), held, a.k)
-        res[name] = {"folder": str(folder), "n_sub": len(model.d2t), "training": training_summary(meta), "offline": acc}
+        res[name] = {"folder": str(folder), "n_sub": len(model.d2t), "training": training_summary(meta), "offline": acc,
+                     "weights": draft_identity(folder)}  # the sha256 that benchmark records name it by
         print(f"{name:10s} " + "  ".join(f"{s} {acc[s]['alpha_tok']:.3f}" for s in STYLES if s in acc), flush=True)
     counts = {s: sum(r.get("kind") == s for r in held) for s in STYLES}
     result = {

@@ -59,3 +59,27 @@ def test_draft_identity_counts_the_whole_training_chain(tmp_path):
     ident = draft_identity(tmp_path, "d")
     assert ident == {"sha256_16": "ba7816bf8f01cfea", "n_sub": 16, "steps_total": 23}
     assert draft_identity(tmp_path, "missing") == {"folder": str(tmp_path), "missing": True}
+
+
+def test_the_waiting_candidate_is_what_draft_styles_stage7_measured():
+    """benchmarks/candidates/stage7 (benchmarks/candidates/README.md): whole and small, the row of
+    draft_styles_stage7.json was measured on these very weights, and that run's shipped row reproduces
+    draft_styles.json's (same held-out answers), so the two files compare."""
+    from safetensors.torch import load_file
+
+    folder = REPO / "benchmarks" / "candidates" / "stage7"
+    if not folder.is_dir():
+        pytest.skip("no stage-7 candidate waiting (shipped or withdrawn): see benchmarks/candidates/README.md")
+    meta = json.loads((folder / "eagle_smollm2.json").read_text())
+    sd = load_file(str(folder / "eagle_smollm2.safetensors"))
+    assert meta["config"]["n_sub"] == len(sd["d2t"]) == len(set(sd["d2t"].tolist())) == 2048
+    assert (folder / "eagle_smollm2.safetensors").stat().st_size < 40e6
+    run = json.loads((REPO / "benchmarks" / "results" / "draft_styles_stage7.json").read_text())["drafts"]
+    cand = next(d for d in run.values() if Path(d["folder"]) == Path("benchmarks/candidates/stage7"))
+    assert cand["weights"] == draft_identity(folder)
+    recorded = meta["training"]["heldout_offline_alpha_k4"]
+    shipped_then = next(d for d in run.values() if Path(d["folder"]) == Path("specdec_lesson/data"))
+    shipped_before = next(d for d in _styles().values() if Path(d["folder"]) == Path("specdec_lesson/data"))
+    for s in STYLES:
+        assert cand["offline"][s]["alpha_tok"] == pytest.approx(recorded[s]["alpha_tok"], abs=2e-3), s
+        assert shipped_then["offline"][s]["alpha_tok"] == shipped_before["offline"][s]["alpha_tok"], s
