@@ -44,9 +44,9 @@ def subset_files() -> list[Path]:
 
 def data_name(path: Path) -> str:
     """``path`` relative to the package's data folder (how a draft's record names the files its subset came from)."""
-    from ..drafters.eagle import DEFAULT_DRAFT_DIR
+    from .answers import SHIPPED_DATA  # not the draft's folder, which a draft elsewhere (or a test) moves
 
-    return Path(path).resolve().relative_to(DEFAULT_DRAFT_DIR.resolve()).as_posix()
+    return Path(path).resolve().relative_to(SHIPPED_DATA.resolve()).as_posix()
 
 
 def answer_subset(n_sub: int, vocab: int, eos: int, files: tuple[Path, ...] | None = None) -> torch.Tensor:
