@@ -51,6 +51,7 @@ def test_the_shipped_subset_is_the_one_resubset_chooses():
     mixture grows after a draft ships) gives it back; they are shipped files, and a file more or less changes it."""
     import json
 
+    from specdec_lesson.distill.answers import SHIPPED_DATA
     from specdec_lesson.distill.subset import answer_subset, data_name, subset_files
     from specdec_lesson.drafters.eagle import DEFAULT_DRAFT_DIR, DEFAULT_DRAFT_NAME
     from specdec_lesson.drafters.pair import load_default_pair
@@ -58,7 +59,7 @@ def test_the_shipped_subset_is_the_one_resubset_chooses():
     target, drafter, tok = load_default_pair(tune=False)
     d2t = drafter.model.d2t  # [N]
     names = json.loads((DEFAULT_DRAFT_DIR / f"{DEFAULT_DRAFT_NAME}.json").read_text())["subset"]["files"]
-    files = tuple(DEFAULT_DRAFT_DIR / n for n in names)
+    files = tuple(SHIPPED_DATA / n for n in names)  # names are relative to the package's data folder
     assert all(f.is_file() for f in files) and set(names) <= {data_name(f) for f in subset_files()}
     V = target.config.vocab_size
     assert torch.equal(d2t, answer_subset(len(d2t), V, tok.eos_token_id, files))

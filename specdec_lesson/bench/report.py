@@ -123,6 +123,15 @@ def write_html(results: dict, path: str | Path) -> Path:
     return write_text_atomic(path, page, "the report")
 
 
+def _counted_runs(results: dict, task: str, label: str, first_repeat_only: bool | None) -> list[dict]:
+    """The runs of one (task, method) with stats; greedy files (by default) keep repeat 0 alone, since greedy repeats
+    replay the same tokens and pooling them would count each step several times."""
+    if first_repeat_only is None:
+        first_repeat_only = results["settings"].get("temperature", 0) == 0
+    return [r for r in results["runs"] if r["task"] == task and r["label"] == label and r.get("stats")
+            and not (first_repeat_only and r["repeat"] != 0)]
+
+
 def verify_hists(results: dict, task: str, label: str, first_repeat_only: bool | None = None) -> dict[int, list[int]]:
     """The raw verification outcomes ``{K': [steps with n = 0..K' accepted]}`` of one (task, method) in a results
     file, summed over its runs: the sample of :func:`specdec_lesson.stats.acceptance_independence`.
@@ -130,12 +139,8 @@ def verify_hists(results: dict, task: str, label: str, first_repeat_only: bool |
     ``first_repeat_only`` (default: when the run is greedy) keeps repeat 0 alone: greedy repeats replay the same
     tokens, so pooling them would count each outcome several times.  Files written before the runner stored
     ``verify_hist`` give {}."""
-    if first_repeat_only is None:
-        first_repeat_only = results["settings"].get("temperature", 0) == 0
     out: dict[int, list[int]] = {}
-    for r in results["runs"]:
-        if r["task"] != task or r["label"] != label or not r.get("stats") or (first_repeat_only and r["repeat"] != 0):
-            continue
+    for r in _counted_runs(results, task, label, first_repeat_only):
         for k, h in (r["stats"].get("verify_hist") or {}).items():
             acc = out.setdefault(int(k), [0] * (int(k) + 1))
             for n, c in enumerate(h):
@@ -148,10 +153,7 @@ def drafts_per_step(results: dict, task: str, label: str, first_repeat_only: boo
     step, no drafts), for one (task, method) of a results file, pooled over its runs.  The steps with drafts are
     those of :func:`verify_hists`; the rest of the run's ``row_steps`` drafted nothing.  ``first_repeat_only`` as
     there.  {} when the file stores no ``verify_hist``."""
-    if first_repeat_only is None:
-        first_repeat_only = results["settings"].get("temperature", 0) == 0
-    runs = [r for r in results["runs"] if r["task"] == task and r["label"] == label and r.get("stats")
-            and "verify_hist" in r["stats"] and not (first_repeat_only and r["repeat"] != 0)]
+    runs = [r for r in _counted_runs(results, task, label, first_repeat_only) if "verify_hist" in r["stats"]]
     steps = sum(r["stats"]["row_steps"] for r in runs)
     if not steps:
         return {}
