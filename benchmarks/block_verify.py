@@ -58,9 +58,10 @@ def run(target, model, ids: list[int], max_new: int, k: int, temperature: float,
         hook_s[0] += time.perf_counter() - t
 
     gen = torch.Generator().manual_seed(seed)
+    drafter = EagleDrafter(model, dispatch_like=target)
     t0 = time.perf_counter()
-    out, stats = speculative_generate(target, EagleDrafter(model), [ids], max_new, k=k, temperature=temperature,
-                                      generator=gen, eos_token_id=eos, verify=rule, observe=observe)
+    out, stats = speculative_generate(target, drafter, [ids], max_new, k=k, temperature=temperature, generator=gen,
+                                      eos_token_id=eos, verify=rule, observe=observe)
     wall = time.perf_counter() - t0 - hook_s[0]
     return {"tokens": len(out[0]), "s": wall, "steps": stats.row_steps, "emitted": stats.emitted,
             "accepted": stats.accepted, "proposed": stats.proposed, "alpha": stats.alpha, "expected": scored}

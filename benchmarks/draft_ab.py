@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(a.threads)
     load0 = os.getloadavg()
     new = load_models("default")
-    old = dataclasses.replace(new, draft=EagleDrafter(load_draft(new.target, a.old)), notes=[])
+    old = dataclasses.replace(new, draft=EagleDrafter(load_draft(new.target, a.old), dispatch_like=new.target), notes=[])
     pairs = {"new": new, "old": old}
     s = BenchSettings(tasks=list(TASKS), methods=["ar", *METHODS], ks=[a.k], max_new_tokens=a.max_new,
                       repeats=a.repeats, warmup=1, limit=a.prompts)

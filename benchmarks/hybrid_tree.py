@@ -89,20 +89,23 @@ def main() -> None:
     index = default_answer_index()
     items_of = {t: [{"task": t, "id": it["id"], "ids": tok(chat(tok, it["text"]), add_special_tokens=False)["input_ids"]}
                     for it in task_items(t, n_per)] for t in TASKS}
+    def eagle() -> EagleDrafter:  # pre-packed and routed per width as the target (EagleDrafter's dispatch_like)
+        return EagleDrafter(model, dispatch_like=target)
+
     fns = {
         "plain": lambda ids: autoregressive_generate(target, ids, max_new, eos_token_id=eos),
         "hybrid-suffix-k4": lambda ids: speculative_generate(
-            target, HybridDrafter(EagleDrafter(model), lookup_k=8, lookup=CorpusLookupDrafter(index)), ids, max_new,
+            target, HybridDrafter(eagle(), lookup_k=8, lookup=CorpusLookupDrafter(index)), ids, max_new,
             k=4, eos_token_id=eos),
         "hybrid-suffix-k4-L12": lambda ids: speculative_generate(
-            target, HybridDrafter(EagleDrafter(model), lookup_k=12, lookup=CorpusLookupDrafter(index)), ids, max_new,
+            target, HybridDrafter(eagle(), lookup_k=12, lookup=CorpusLookupDrafter(index)), ids, max_new,
             k=4, eos_token_id=eos),
-        "tree-8d4": lambda ids: tree_generate(target, EagleDrafter(model), ids, max_new,
+        "tree-8d4": lambda ids: tree_generate(target, eagle(), ids, max_new,
                                               tree=DynamicTree(depth=4, topk=4, num_nodes=8), eos_token_id=eos),
     }
     for name, spec in trees.items():
         fns[name] = lambda ids, s=spec: tree_generate(
-            target, HybridTreeDrafter(EagleDrafter(model), lookup=CorpusLookupDrafter(index)), ids, max_new, tree=s,
+            target, HybridTreeDrafter(eagle(), lookup=CorpusLookupDrafter(index)), ids, max_new, tree=s,
             eos_token_id=eos)
     warm = items_of["code"][0]["ids"]
     for fn in fns.values():  # warm-up (allocations, oneDNN primitive caches): not timed

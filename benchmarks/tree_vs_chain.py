@@ -65,7 +65,9 @@ def load_pair(fallback_layers: int, fast: bool):
         desc = f"FALLBACK (no EAGLE draft: {type(exc).__name__}: {exc}): the target's first {fallback_layers} layers + head"
         return target, tok, lambda: draft, desc
     model = pair.draft.model
-    return pair.target, pair.tokenizer, lambda: EagleDrafter(model), "drafters.pair.load_default_pair() (EAGLE-style drafter)"
+    target = pair.target
+    desc = "drafters.pair.load_default_pair() (EAGLE-style drafter, pre-packed like the target)"
+    return target, pair.tokenizer, lambda: EagleDrafter(model, dispatch_like=target), desc
 
 
 TASKS = ("code", "requests", "math", "chat")

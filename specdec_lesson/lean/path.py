@@ -16,7 +16,7 @@ import torch
 from . import slots
 from .model import UnsupportedModelError, lean_model, lean_verify_curve, tune_lean_dispatch
 
-__all__ = ["uses_lean", "engine_verify_curve", "tune_engine_dispatch"]
+__all__ = ["uses_lean", "engine_verify_curve", "tune_engine_dispatch", "engine_plain_rows"]
 
 
 def uses_lean(model: torch.nn.Module, lean: bool | None = None) -> bool:
@@ -28,6 +28,17 @@ def uses_lean(model: torch.nn.Module, lean: bool | None = None) -> bool:
     except UnsupportedModelError:
         return False
     return True
+
+
+def engine_plain_rows(model: torch.nn.Module) -> int:
+    """The widest forward (batch x new tokens) that the engines run through ``model``'s plain weights rather than its
+    pre-packed ones (0: pre-packed at every width), as the forward the engines run has it now: the lean copy's
+    threshold, else the largest of the Hugging Face modules' (``fastcpu.PackedLinear.plain_rows_max``)."""
+    from ..fastcpu import PackedLinear
+
+    if uses_lean(model):
+        return lean_model(model).plain_rows_max
+    return max((m.plain_rows_max for m in model.modules() if isinstance(m, PackedLinear)), default=0)
 
 
 def engine_verify_curve(model: torch.nn.Module, ns: list[int], context: int = 128, repeats: int = 3,
