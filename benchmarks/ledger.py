@@ -18,7 +18,7 @@ sys.path.insert(0, str(ROOT))
 from specdec_lesson.bench.ledger import draft_line, file_table, machine_line, matrix, matrix_svg, read_block, replace_block  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
-HEADLINE = "bench_default_t0_intel.json"  # the README's matrix: the shipped draft's run
+HEADLINE = "bench_default_t0_zen5.json"  # the README's matrix: the shipped draft's run
 SVG = ROOT / "docs" / "speedup.svg"
 TIMINGS = RESULTS / "course_timings.json"
 COURSE = {  # notebook -> what a learner takes from it

@@ -19,7 +19,7 @@ mix      the target's answers (greedy, 1 in 3 at T=0.7) to a mixture of template
          and math prompts, as token ids in shards ``specdec_lesson/data/mixture/mix_<seed>_<nnn>.npz``
          (``distill.mixture``); resumable, deterministic from ``--seed``, finished shards never overwritten.
 
-How each stage of the shipped draft was made: stages 1-2 in ``distill.train``'s docstring, stages 3-6 (stage 6
+How each stage of the shipped draft was made: stages 1-2 in ``distill.train``'s docstring, stages 3-7 (stage 7
 shipped) in ``distill.mixture``'s.
 Every file is written to a temporary name and renamed when complete (``atomic_save``), so an
 interrupted run never leaves a shard or checkpoint that passes for complete; rerunning the same

@@ -53,8 +53,8 @@ Stages 4-6 (sessions 18-19, on an Intel Xeon with AMX) trained the shipped stage
 positions (features in bf16 autocast, 22 minutes; each stage 1200 steps at lr 3e-4, about 32 minutes), each from the
 one before; stage 6 draws its batches with ``--seed 1`` (stages 4 and 5 both used seed 0, so they saw the batches in
 the same order).  ``benchmarks/results/draft_styles.json`` scores every stage on the same held-out prompts.  Stage 6,
-re-headed to the 2048-token output subset that ``draft_vocab_mixture_intel.json`` found fastest, is the shipped draft
-since 2026-12-06 (``benchmarks/candidates/README.md`` says how a later candidate is shipped)::
+re-headed to the 2048-token output subset that ``draft_vocab_mixture_intel.json`` found fastest, was shipped on
+2026-12-06 (``benchmarks/candidates/README.md`` says how a later candidate is shipped)::
 
     python -m specdec_lesson.distill features --out runs/mix4 --mixture --bf16 --aux-layers none --threads 2
     ln -s "$PWD/runs/held4/heldout.pt" runs/mix4/heldout.pt
@@ -67,6 +67,10 @@ since 2026-12-06 (``benchmarks/candidates/README.md`` says how a later candidate
     python -m specdec_lesson.distill resubset --src runs/stage6 --dest benchmarks/candidates/stage6 --n-sub 2048 \
         --heldout runs/held4/heldout.pt
     cp benchmarks/candidates/stage6/eagle_smollm2* specdec_lesson/data/   # shipped with a rerun of the benchmarks
+
+Stage 7 (session 22, AMD EPYC Zen 5), the shipped draft since the evening of 2026-12-06: stage 6 trained 1200 more steps on the
+seed-1 shards alone (questions no earlier shard asked; 1.54M positions; features 16 minutes, training 25), re-headed
+to N = 2048; the commands are in ``benchmarks/candidates/README.md``.
 """
 
 from __future__ import annotations
