@@ -73,3 +73,26 @@ def test_draft_styles_stage7_rows_are_the_ones_shipped():
         assert run["stage6-n2048-shipped"]["offline"][s] == ds["stage6-n2048"]["offline"][s], s
         assert run["stage7-n2048"]["offline"][s] == ds["stage7-n2048"]["offline"][s], s
         assert run["stage7"]["offline"][s] == ds["stage7"]["offline"][s], s
+
+
+def test_each_waiting_candidate_is_what_its_draft_styles_run_measured():
+    """Every candidate in benchmarks/candidates/<name>/ (benchmarks/candidates/README.md): whole and small, measured by
+    benchmarks/results/draft_styles_<name>.json on these very weights, in a run whose row for the shipped draft
+    reproduces draft_styles.json's (the same held-out answers), so the two files compare."""
+    from safetensors.torch import load_file
+
+    shipped = next(d for d in _styles().values() if Path(d["folder"]) == Path("specdec_lesson/data"))
+    for folder in sorted(p for p in (REPO / "benchmarks" / "candidates").iterdir() if p.is_dir()):
+        meta = json.loads((folder / "eagle_smollm2.json").read_text())
+        sd = load_file(str(folder / "eagle_smollm2.safetensors"))
+        assert meta["config"]["n_sub"] == len(sd["d2t"]) == len(set(sd["d2t"].tolist())), folder.name
+        assert (folder / "eagle_smollm2.safetensors").stat().st_size < 40e6
+        run = json.loads((REPO / "benchmarks" / "results" / f"draft_styles_{folder.name}.json").read_text())["drafts"]
+        cand = next(d for d in run.values() if Path(d["folder"]) == Path("benchmarks/candidates") / folder.name)
+        assert cand["weights"] == draft_identity(folder)
+        recorded = meta["training"]["heldout_offline_alpha_k4"]
+        shipped_then = next(d for d in run.values() if Path(d["folder"]) == Path("specdec_lesson/data"))
+        assert shipped_then["weights"] == shipped["weights"], "the run measured another shipped draft"
+        for s in STYLES:
+            assert cand["offline"][s]["alpha_tok"] == pytest.approx(recorded[s]["alpha_tok"], abs=2e-3), (folder.name, s)
+            assert shipped_then["offline"][s]["alpha_tok"] == shipped["offline"][s]["alpha_tok"], (folder.name, s)
