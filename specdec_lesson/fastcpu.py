@@ -36,6 +36,7 @@ from torch import nn
 
 __all__ = [
     "PackedLinear", "packed_linear_available", "prepack_linears", "unpack_linears", "count_packed", "set_plain_rows",
+    "plain_rows",
 ]
 
 _AVAILABLE: bool | None = None  # probed once per process (see packed_linear_available)
@@ -209,6 +210,12 @@ def unpack_linears(model: nn.Module) -> nn.Module:
 def count_packed(model: nn.Module) -> int:
     """How many ``PackedLinear`` modules ``model`` contains."""
     return sum(isinstance(m, PackedLinear) for m in model.modules())
+
+
+def plain_rows(model: nn.Module) -> int:
+    """The widest input (rows) that ``model``'s ``PackedLinear`` modules send through the plain weights: the largest
+    of their thresholds (0: pre-packed at every width, or nothing packed)."""
+    return max((m.plain_rows_max for m in model.modules() if isinstance(m, PackedLinear)), default=0)
 
 
 def set_plain_rows(model: nn.Module, rows: int) -> int:

@@ -162,7 +162,7 @@ class EagleDrafter(Drafter):
     def __init__(self, model: EagleDraft, *, add_prompt_tokens: bool = True, dispatch_like=None) -> None:
         """``dispatch_like``: a target with pre-packed linears (``fastcpu``; ``fast=True``): the draft's linears and output
         rows are pre-packed too, each width routed as the target's engine forward (``lean.path.engine_plain_rows``);
-        plain one-row products cost twice the packed ones on some CPUs (AMD Zen 5: runs 10% faster packed)."""
+        plain one-row products cost twice the packed ones on some CPUs (the AMD Zen 5 probe in bench_default_t0_zen5.json)."""
         self.model = model.eval()
         self.forwards = 0
         self.V = model.embed.shape[0]
@@ -233,7 +233,7 @@ class EagleDrafter(Drafter):
 
     def _law(self, g: torch.Tensor, sampling: SamplingConfig) -> tuple[torch.Tensor, torch.Tensor | None]:
         f = self.model.out_features(g)  # [B, H]
-        if self.head_packed is not None and f.dtype == torch.float32 and f.shape[0] > self.plain_rows:
+        if self.head_packed is not None and f.shape[0] > self.plain_rows:  # packed only for an fp32 draft (begin)
             sub = _packed_linear(f, self.head_packed, None)  # [B, N'] the same product, oneDNN's summation order
         else:
             sub = as_float(f @ self.head.T)  # [B, N'] in fp32 (fp64 for fp64): a law to fp32 rounding

@@ -32,7 +32,7 @@ import weakref
 import torch
 import torch.nn.functional as F
 
-from ..fastcpu import PackedLinear, _pack, _packed_linear, _weight_key, packed_linear_available
+from ..fastcpu import PackedLinear, _pack, _packed_linear, _weight_key, packed_linear_available, plain_rows
 from ..profiling import NOISY_SPREAD, noisy_probe_note
 from .cache import StaticKVCache, Step
 
@@ -255,7 +255,7 @@ def lean_model(model) -> LeanLlama:
     if lean is None or lean.key != _source_key(model):
         lean = _LEAN[model] = LeanLlama(model)
     elif lean.tuned is None:
-        lean.plain_rows_max = max((m.plain_rows_max for m in model.modules() if isinstance(m, PackedLinear)), default=0)
+        lean.plain_rows_max = plain_rows(model)
     return lean
 
 

@@ -34,11 +34,9 @@ def engine_plain_rows(model: torch.nn.Module) -> int:
     """The widest forward (batch x new tokens) that the engines run through ``model``'s plain weights rather than its
     pre-packed ones (0: pre-packed at every width), as the forward the engines run has it now: the lean copy's
     threshold, else the largest of the Hugging Face modules' (``fastcpu.PackedLinear.plain_rows_max``)."""
-    from ..fastcpu import PackedLinear
+    from ..fastcpu import plain_rows
 
-    if uses_lean(model):
-        return lean_model(model).plain_rows_max
-    return max((m.plain_rows_max for m in model.modules() if isinstance(m, PackedLinear)), default=0)
+    return lean_model(model).plain_rows_max if uses_lean(model) else plain_rows(model)
 
 
 def engine_verify_curve(model: torch.nn.Module, ns: list[int], context: int = 128, repeats: int = 3,
