@@ -1,7 +1,7 @@
 """Command-line demo: ``python -m specdec_lesson``.
 
 Loads the offline default pair (SmolLM2-135M-Instruct and the project's distilled draft),
-generates a completion for a code prompt and a math prompt with plain decoding and with
+generates a completion for a code prompt, a math prompt and a chat question with plain decoding and with
 speculative decoding (the draft alone, the draft + prompt lookup: ``hybrid.HybridDrafter``, and that
 hybrid with K chosen per step, 0 = a plain step: ``adaptive.AdaptiveDrafter``, which says what it chose and why),
 and prints tokens/s, the speedup, acceptance statistics and the text.  ``--show`` also prints each
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
 def _demo(args) -> int:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    from .bench.tasks import chat, format_code_prompt, format_math_prompt
+    from .bench.tasks import chat, format_code_prompt, format_math_prompt, task_items
     from .lab import Trace, render_ansi
     from .sim.calibrate import tune_k
     from .speculative import autoregressive_generate, speculative_generate
@@ -130,6 +130,7 @@ def _demo(args) -> int:
     prompts = {
         "code": format_code_prompt({"prompt": CODE_PROMPT}),
         "math": format_math_prompt({"question": MATH_PROMPT}),
+        "chat": task_items("chat", 1)[0]["text"],  # a plain question, held out of every training set (bench.chat)
     }
     if args.k is not None:
         k = args.k

@@ -41,6 +41,8 @@ def test_demo_prints_status_lines_before_long_steps(monkeypatch, capsys):
     assert status[0].startswith("[specdec] loading SmolLM2-135M-Instruct and its draft")
     assert "[specdec] code prompt: plain decoding, then speculative decoding, 4 tokens each ..." in status
     assert "greedy outputs identical: True" in out
+    assert [line for line in out.splitlines() if line.startswith("=== ")] == [  # a plain chat question too (issue 24)
+        "=== code prompt ===", "=== math prompt ===", "=== chat prompt ==="]
 
 
 def test_demo_stops_on_damaged_weights_with_one_line(monkeypatch, capsys):
@@ -59,7 +61,7 @@ def test_demo_show_prints_each_run_in_colour_and_default_stays_plain(monkeypatch
     assert "\x1b[" not in plain and "step by step" not in plain  # the default output has no colour
     assert demo.main(["--max-new-tokens", "6", "--k", "2", "--show"]) == 0
     shown, _ = capsys.readouterr()
-    assert shown.count("--- step by step: speculative decoding ---\nlegend: \x1b[32maccepted draft") == 2  # both prompts
+    assert shown.count("--- step by step: speculative decoding ---\nlegend: \x1b[32maccepted draft") == 3  # every prompt
     assert "\x1b[94m" in shown
     # without the trace blocks (header, legend, coloured text, stats line) it is the default output (timings aside)
     rest = re.sub(r"--- step by step: [^\n]* ---\n.*?\nalpha [^\n]*\n", "", shown, flags=re.S)
