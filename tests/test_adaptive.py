@@ -295,8 +295,8 @@ def test_demo_prints_what_the_policy_chose(monkeypatch, capsys):
     assert demo.main(["--max-new-tokens", "8", "--k", "2"]) == 0
     out, err = capsys.readouterr()
     assert "[specdec] adaptive policy: timing T(n)" in err
-    assert "adaptive policy's costs: T(1)" in out and out.count("adaptive policy: steps K=") == 2
-    assert out.count("greedy outputs identical: True") == 6  # three runs per prompt
+    assert "adaptive policy's costs: T(1)" in out and out.count("adaptive policy: steps K=") == 3  # code, math, chat
+    assert out.count("greedy outputs identical: True") == 9  # three runs per prompt
 
 
 def test_step_rates_switch_drafting_off_only_when_measured_slower():
