@@ -8,12 +8,13 @@ processing (pitfall 2 in docs/pitfalls.md).  Both models therefore go through th
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 
 __all__ = [
     "logits_to_probs", "sample_from_probs", "check_sampling_args", "SamplingConfig", "as_float", "check_logits",
-    "NonFiniteLogitsError",
+    "NonFiniteLogitsError", "SubsetLogits",
 ]
 
 
@@ -52,6 +53,21 @@ def check_sampling_args(temperature: float, top_k: int | None, top_p: float | No
     if top_p is not None:
         if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not (0.0 < top_p <= 1.0):
             raise ValueError(f"top_p must be None or a number in (0, 1], got {top_p!r}")
+
+
+class SubsetLogits(NamedTuple):
+    """Logits on part of the vocabulary: ``values [n, N]`` are the logits of tokens ``ids [N]`` (distinct), every
+    other token of the ``vocab`` has logit -inf (probability 0).  A draft with a small output layer (an EAGLE-style
+    subset head) returns these so that top-k and log-softmax run over N columns, not the whole vocabulary."""
+
+    values: torch.Tensor  # [n, N]
+    ids: torch.Tensor  # [N] vocabulary ids of the columns
+    vocab: int
+
+    def full(self) -> torch.Tensor:
+        """The same logits over the whole vocabulary ``[n, vocab]``, -inf outside ``ids``."""
+        out = self.values.new_full((self.values.shape[0], self.vocab), float("-inf"))
+        return out.index_copy_(1, self.ids, self.values)  # [n, V]
 
 
 def as_float(logits: torch.Tensor) -> torch.Tensor:

@@ -8,146 +8,32 @@ logits for x_{t+2} are ``g_t @ E_sub.T``: the target's tied output layer on the 
 those steps ("training-time test": step s at position t sees the true-feature keys up to t-s+1 and its own earlier
 predicted keys).  The law q handed to the engine is the full-vocabulary law after the run's SAME
 ``SamplingConfig.probs``: logits are -inf outside the subset (q = 0 there, exactly the law it samples from);
-greedy runs return ``None`` (a one-hot q).
+greedy runs return ``None`` (a one-hot q).  The network itself (``EagleConfig``, ``EagleDraft``, training) is in
+:mod:`.eagle_model`; this module holds the engine's view of it and its files.
+
+Per draft step the drafter pays little besides the draft's five matrix products and its output rows: RoPE's cos / sin
+are tables over every cache slot (indexed, not recomputed), a one-token step of a batch-of-one run without holes
+attends to every slot up to its own without a mask, and trees take the top-k of the run's output subset without
+building full-vocabulary logits (:class:`~specdec_lesson.tree.structure.SubsetLogits`).
 """
 
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from ..fastcpu import _pack, _packed_linear, count_packed, prepack_linears, set_plain_rows
-from ..sampling import SamplingConfig, as_float, check_logits, sample_from_probs
+from ..sampling import SamplingConfig, SubsetLogits, as_float, check_logits, sample_from_probs
 from .base import Drafter
+from .eagle_model import EagleConfig, EagleDraft, _rms, _rotate  # noqa: F401 (re-exported)
 
 __all__ = ["EagleConfig", "EagleDraft", "EagleDrafter", "load_default_draft", "DEFAULT_DRAFT_DIR"]
 
 DEFAULT_DRAFT_DIR = Path(__file__).parent.parent / "data"
 DEFAULT_DRAFT_NAME = "eagle_smollm2"
-
-
-class EagleConfig(dict):
-    """hidden, heads, kv_heads, head_dim, intermediate, rope_theta, eps, n_sub (a JSON-able dict)."""
-
-    @classmethod
-    def from_target(cls, target, n_sub: int) -> EagleConfig:
-        c = target.config
-        hd = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-        theta = (getattr(c, "rope_parameters", None) or {}).get("rope_theta", getattr(c, "rope_theta", 10000.0))
-        return cls(hidden=c.hidden_size, heads=c.num_attention_heads, kv_heads=c.num_key_value_heads, head_dim=hd,
-                   intermediate=c.intermediate_size, rope_theta=float(theta), eps=float(c.rms_norm_eps), n_sub=n_sub)
-
-
-def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
-
-
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    h = x.shape[-1] // 2
-    return x * cos + torch.cat([-x[..., h:], x[..., :h]], -1) * sin
-
-
-class EagleDraft(nn.Module):
-    """fc + one decoder layer + norm; ``embed`` [V, H] (input embedding) and ``head`` [N, H] (rows ``d2t`` of the
-    output embedding, the same tensor when tied) are frozen target buffers, not saved with the draft."""
-
-    def __init__(self, cfg: EagleConfig, embed: torch.Tensor, out_embed: torch.Tensor, d2t: torch.Tensor) -> None:
-        super().__init__()
-        self.cfg = EagleConfig(cfg)
-        H, nh, nkv, hd, inter = cfg["hidden"], cfg["heads"], cfg["kv_heads"], cfg["head_dim"], cfg["intermediate"]
-        self.fc = nn.Linear(2 * H, H)
-        self.norm_in = nn.Parameter(torch.ones(H))
-        self.qkv = nn.Linear(H, (nh + 2 * nkv) * hd, bias=False)
-        self.o = nn.Linear(nh * hd, H, bias=False)
-        self.norm_mlp = nn.Parameter(torch.ones(H))
-        self.gate_up = nn.Linear(H, 2 * inter, bias=False)
-        self.down = nn.Linear(inter, H, bias=False)
-        self.norm_out = nn.Parameter(torch.ones(H))
-        self.register_buffer("embed", embed.detach(), persistent=False)  # [V, H] target's (tied) embedding
-        self.register_buffer("d2t", d2t.long(), persistent=True)  # [N] subset -> full vocabulary id
-        self.register_buffer("head", out_embed.detach()[d2t.long()].clone(), persistent=False)  # [N, H]
-        self.register_buffer("out_embed", out_embed.detach(), persistent=False)  # [V, H] (shares the target's storage)
-        inv = 1.0 / cfg["rope_theta"] ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd)
-        self.register_buffer("inv_freq", inv, persistent=False)
-        with torch.no_grad():
-            self.fc.weight.mul_(0.5)
-
-    def rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        ang = positions.to(self.inv_freq.dtype)[..., None] * self.inv_freq  # [..., hd/2]
-        ang = torch.cat([ang, ang], -1)  # [..., hd]
-        return ang.cos().unsqueeze(-3), ang.sin().unsqueeze(-3)  # [.., 1, T, hd] (broadcast over heads)
-
-    def qkv_of(self, feats: torch.Tensor, tokens: torch.Tensor, cos, sin):
-        """feats [B, T, H], tokens [B, T] -> (residual x, q [B, nh, T, hd], k, v [B, nkv, T, hd])."""
-        c = self.cfg
-        x = self.fc(torch.cat([feats, self.embed[tokens]], -1))  # [B, T, H]
-        B, T, _ = x.shape
-        qkv = self.qkv(_rms(x, self.norm_in, c["eps"])).view(B, T, -1, c["head_dim"]).transpose(1, 2)  # [B, nh+2nkv, T, hd]
-        q, k, v = qkv.split([c["heads"], c["kv_heads"], c["kv_heads"]], 1)
-        return x, _rotate(q, cos, sin), _rotate(k, cos, sin), v
-
-    def residual_out(self, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
-        """x [B, T, H] residual, attn [B, nh, T, hd] -> the layer's residual stream after o and the MLP [B, T, H]."""
-        B, _, T, _ = attn.shape
-        x = x + self.o(attn.transpose(1, 2).reshape(B, T, -1))  # [B, T, H]
-        gate, up = self.gate_up(_rms(x, self.norm_mlp, self.cfg["eps"])).chunk(2, -1)
-        return x + self.down(F.silu(gate) * up)  # [B, T, H]
-
-    def finish(self, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
-        """x [B, T, H] residual, attn [B, nh, T, hd] -> predicted next feature g [B, T, H] (after the final norm)."""
-        return _rms(self.residual_out(x, attn), self.norm_out, self.cfg["eps"])
-
-    target_hidden_layers: tuple[int, ...] | None = None  # None: the target's last hidden state after its final norm
-
-    def embed_features(self, hidden: torch.Tensor) -> torch.Tensor:
-        """The target's features as the draft's input feature (here: the last hidden state itself)."""
-        return hidden
-
-    def out_features(self, g: torch.Tensor) -> torch.Tensor:
-        """The draft's output ``g`` as a feature for the (tied) output layer (here ``g`` is already normed)."""
-        return g
-
-    def logits(self, g: torch.Tensor) -> torch.Tensor:
-        return self.out_features(g) @ self.head.T  # [..., N] subset logits
-
-    def expand(self, kv: torch.Tensor) -> torch.Tensor:
-        return kv.repeat_interleave(self.cfg["heads"] // self.cfg["kv_heads"], 1)  # [B, nh, S, hd]
-
-    def forward_train(self, feats: torch.Tensor, tokens: torch.Tensor, steps: int) -> list[torch.Tensor]:
-        """Training-time test.  feats [B, T, H] = f_0..f_{T-1}, tokens [B, T] = x_1..x_T.  Returns g of each unrolled
-        step s (list of [B, T, H]); g_s[:, t] predicts f_{t+1} having fed predicted features for the last s-1 inputs."""
-        B, T, _ = feats.shape
-        cos, sin = self.rope(torch.arange(T, device=feats.device))
-        scale = 1.0 / math.sqrt(self.cfg["head_dim"])
-        keys, vals, outs = [], [], []
-        inp = first = self.embed_features(feats)  # [B, T, H]
-        idx = torch.arange(T, device=feats.device)
-        for s in range(steps):
-            x, q, k, v = self.qkv_of(inp, tokens, cos, sin)
-            keys.append(self.expand(k))
-            vals.append(self.expand(v))
-            base = (q @ keys[0].transpose(-1, -2)) * scale  # [B, nh, T, T] step-1 (true-feature) keys
-            base = base.masked_fill(idx[None, :] > idx[:, None] - s, float("-inf"))  # key j <= t - s
-            diag = []
-            for r in range(1, s + 1):  # step-r key at position t - (s - r)
-                shift = s - r
-                kr = F.pad(keys[r], (0, 0, shift, 0))[:, :, :T]  # [B, nh, T, hd]
-                d = (q * kr).sum(-1, keepdim=True) * scale  # [B, nh, T, 1]
-                diag.append(d.masked_fill((idx < shift)[:, None], float("-inf")))
-            p = torch.softmax(torch.cat([base] + diag, -1), -1)  # [B, nh, T, T + s]
-            attn = p[..., :T] @ vals[0]
-            for r in range(1, s + 1):
-                vr = F.pad(vals[r], (0, 0, s - r, 0))[:, :, :T]
-                attn = attn + p[..., T + r - 1:T + r] * vr
-            g = self.finish(x, attn)  # [B, T, H]
-            outs.append(g)
-            inp = torch.cat([first[:, :1], g[:, :-1]], 1)  # next step feeds predicted f_t = g[t-1]
-        return outs
 
 
 class EagleDrafter(Drafter):
@@ -180,6 +66,17 @@ class EagleDrafter(Drafter):
             self.k_cache = F.pad(self.k_cache, (0, 0, 0, grow))
             self.v_cache = F.pad(self.v_cache, (0, 0, 0, grow))
             self.valid = F.pad(self.valid, (0, grow))
+        if self.cos.shape[0] < self.k_cache.shape[2]:
+            self._rope_tables(self.k_cache.shape[2])
+
+    def _rope_tables(self, size: int) -> None:
+        """cos / sin ``[size, hd]`` at slot positions 0..size-1, as ``EagleDraft.rope`` computes them per step."""
+        cos, sin = self.model.rope(torch.arange(size, device=self.model.inv_freq.device))  # [1, size, hd] each
+        self.cos, self.sin = cos[0], sin[0]
+
+    def _rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """positions [B, M] (< the cache's slots) -> cos, sin [B, 1, M, hd], rows of the tables."""
+        return self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)
 
     def _step(self, feats: torch.Tensor, tokens: torch.Tensor, write_valid: torch.Tensor) -> torch.Tensor:
         """Feed feats [B, M, H], tokens [B, M] at slots lengths+pos..; returns g [B, M, H]."""
@@ -188,14 +85,17 @@ class EagleDrafter(Drafter):
         slots = self.cursor[:, None] + torch.arange(M, device=tokens.device)  # [B, M]
         S = int(slots.max()) + 1  # one host sync per draft step; slots past every row's last write are never visible
         self._ensure(S)
-        cos, sin = m.rope(slots)  # [B, 1, M, hd]
+        cos, sin = self._rope(slots)  # [B, 1, M, hd]
         x, q, k, v = m.qkv_of(feats, tokens, cos, sin)
         idx = slots[:, None, :, None].expand(-1, k.shape[1], -1, k.shape[-1])  # [B, nkv, M, hd]
         self.k_cache.scatter_(2, idx, k)
         self.v_cache.scatter_(2, idx, v)
         self.valid.scatter_(1, slots, write_valid)
-        see = self.valid[:, None, :S] & (torch.arange(S, device=tokens.device)[None, None, :] <= slots[:, :, None])  # [B, M, S]
-        attn = F.scaled_dot_product_attention(q, self.k_cache[:, :, :S], self.v_cache[:, :, :S], attn_mask=see[:, None],
+        see = None  # one token of a run without holes (B = 1) sees every slot up to its own: no mask
+        if M > 1 or not self.dense:
+            see = self.valid[:, None, :S] & (torch.arange(S, device=tokens.device)[None, None, :] <= slots[:, :, None])
+            see = see[:, None]  # [B, 1, M, S]
+        attn = F.scaled_dot_product_attention(q, self.k_cache[:, :, :S], self.v_cache[:, :, :S], attn_mask=see,
                                               enable_gqa=True)  # [B, nh, M, hd]
         self.forwards += 1
         return m.finish(x, attn)  # [B, M, H]
@@ -214,6 +114,10 @@ class EagleDrafter(Drafter):
         self.v_cache = torch.zeros_like(self.k_cache)
         self.valid = torch.zeros(B, self.k_cache.shape[2], dtype=torch.bool, device=dev)
         self.cursor = torch.zeros(B, dtype=torch.long, device=dev)  # committed slots per row
+        self._rope_tables(self.k_cache.shape[2])
+        # one row, no padding: every slot below a row's write position holds a committed or tentative token (commit
+        # rolls back every slot past the cursor, then writes the accepted ones contiguously)
+        self.dense = B == 1 and bool(prompt_mask.bool().all())
         # the draft's vocabulary for this run: the shipped subset plus the prompts' own tokens (answers copy names and
         # identifiers from the prompt); sorted, so argmax ties resolve to the lowest id as in logits_to_probs
         self.d2t = m.d2t
@@ -231,12 +135,15 @@ class EagleDrafter(Drafter):
         else:
             self.g_last = torch.zeros(B, c["hidden"], device=dev, dtype=dt)
 
-    def _law(self, g: torch.Tensor, sampling: SamplingConfig) -> tuple[torch.Tensor, torch.Tensor | None]:
-        f = self.model.out_features(g)  # [B, H]
+    def _sub_logits(self, g: torch.Tensor) -> torch.Tensor:
+        """g [M, H] -> logits [M, N'] on this run's output subset ``d2t``, in fp32 (fp64 for fp64)."""
+        f = self.model.out_features(g)  # [M, H]
         if self.head_packed is not None and f.shape[0] > self.plain_rows:  # packed only for an fp32 draft (begin)
-            sub = _packed_linear(f, self.head_packed, None)  # [B, N'] the same product, oneDNN's summation order
-        else:
-            sub = as_float(f @ self.head.T)  # [B, N'] in fp32 (fp64 for fp64): a law to fp32 rounding
+            return _packed_linear(f, self.head_packed, None)  # [M, N'] the same product, oneDNN's summation order
+        return as_float(f @ self.head.T)  # [M, N']: a law to fp32 rounding
+
+    def _law(self, g: torch.Tensor, sampling: SamplingConfig) -> tuple[torch.Tensor, torch.Tensor | None]:
+        sub = self._sub_logits(g)  # [B, N']
         if sampling.greedy:
             check_logits(sub)  # NaN logits raise (argmax would pick garbage)
             if self.keep_drafting is not None:
@@ -289,13 +196,21 @@ class EagleDrafter(Drafter):
     # ------------------------------------------------------------------ token trees (tree/, batch size 1)
 
     def _full_logits(self, g: torch.Tensor) -> torch.Tensor:
-        """g [M, H] -> full-vocabulary logits [M, V], -inf outside the subset (q = 0 there)."""
-        sub = self.model.logits(g)  # [M, N]
-        return sub.new_full((g.shape[0], self.V), float("-inf")).index_copy_(1, self.model.d2t, sub)
+        """g [M, H] -> full-vocabulary logits [M, V], -inf outside this run's subset (q = 0 there)."""
+        return self._subset_logits(g).full()
+
+    def _subset_logits(self, g: torch.Tensor) -> SubsetLogits:
+        return SubsetLogits(self._sub_logits(g), self.d2t, self.V)  # [M, N'] on the run's subset
 
     @torch.inference_mode()
     def tree_expand(self, tree, nodes: list[int]) -> torch.Tensor:
-        """Draft logits ``[len(nodes), V]`` after each of ``nodes`` of a token tree (B = 1).
+        """Draft logits ``[len(nodes), V]`` after each of ``nodes`` of a token tree (B = 1); -inf outside the run's
+        subset.  :meth:`tree_expand_subset` returns the same logits on the subset alone (what tree building uses)."""
+        return self.tree_expand_subset(tree, nodes).full()
+
+    @torch.inference_mode()
+    def tree_expand_subset(self, tree, nodes: list[int]) -> SubsetLogits:
+        """The draft's logits after each of ``nodes`` on this run's output subset (``SubsetLogits [len(nodes), N']``).
 
         The root's law comes from ``g_last``; a node v is fed as (its parent's predicted feature,
         v's token) at a tentative slot past the committed ones, at RoPE position cursor + depth - 1,
@@ -305,33 +220,36 @@ class EagleDrafter(Drafter):
         if nodes == [0]:
             self.tree_g = {0: self.g_last[0]}  # build-time node id -> predicted feature [H]
             self.tree_slot: dict[int, int] = {}  # build-time node id -> cache slot
-            return self._full_logits(self.g_last)  # [1, V]
+            return self._subset_logits(self.g_last)  # [1, N']
         m, dev = self.model, self.g_last.device
         cur, M = int(self.cursor[0]), len(nodes)
-        slots = cur + len(self.tree_slot) + torch.arange(M, device=dev)  # [M]
-        S = int(slots.max()) + 1  # one host sync per draft step; slots past every row's last write are never visible
+        first = cur + len(self.tree_slot)
+        slot_list = list(range(first, first + M))
+        S = first + M  # slots past the last one written are never visible
         self._ensure(S)
-        S = self.k_cache.shape[2]
-        see = (self.valid[0] & (torch.arange(S, device=dev) < cur))[None, :].repeat(M, 1)  # [M, S] committed slots
+        rows, cols = [], []  # the tree part of the mask: each node sees its ancestors' slots and its own
         for i, v in enumerate(nodes):
-            for a in tree.ancestors(tree.parents[v]):
-                see[i, self.tree_slot[tree.source[a]]] = True
-            see[i, slots[i]] = True
+            seen = [self.tree_slot[tree.source[a]] for a in tree.ancestors(tree.parents[v])] + [slot_list[i]]
+            rows += [i] * len(seen)
+            cols += seen
+        see = (self.valid[0, :S] & (torch.arange(S, device=dev) < cur))[None, :].repeat(M, 1)  # [M, S] committed slots
+        see[torch.tensor(rows, device=dev), torch.tensor(cols, device=dev)] = True
         feats = torch.stack([self.tree_g[tree.source[tree.parents[v]]] for v in nodes])[None]  # [1, M, H]
         tokens = torch.tensor([[tree.tokens[v] for v in nodes]], device=dev)  # [1, M]
         positions = torch.tensor([[cur + tree.depths[v] - 1 for v in nodes]], device=dev)  # [1, M]
-        cos, sin = m.rope(positions)
-        x, q, k, v_ = m.qkv_of(feats.to(m.head.dtype), tokens, cos, sin)
+        x, q, k, v_ = m.qkv_of(feats.to(m.head.dtype), tokens, *self._rope(positions))
+        slots = torch.tensor(slot_list, device=dev)  # [M]
         self.k_cache[0][:, slots] = k[0]  # [nkv, M, hd]
         self.v_cache[0][:, slots] = v_[0]
         self.valid[0, slots] = True  # tentative: commit rolls back every slot >= cursor
-        attn = F.scaled_dot_product_attention(q, m.expand(self.k_cache), m.expand(self.v_cache), attn_mask=see[None, None])
+        attn = F.scaled_dot_product_attention(q, self.k_cache[:, :, :S], self.v_cache[:, :, :S], attn_mask=see[None, None],
+                                              enable_gqa=True)  # [1, nh, M, hd]
         self.forwards += 1
         g = m.finish(x, attn)[0]  # [M, H]
         for i, v in enumerate(nodes):
             self.tree_g[tree.source[v]] = g[i]
-            self.tree_slot[tree.source[v]] = int(slots[i])
-        return self._full_logits(g)  # [M, V]
+            self.tree_slot[tree.source[v]] = slot_list[i]
+        return self._subset_logits(g)  # [M, N']
 
     def commit_tree(self, tree, path: list[int], next_token: int, target_hidden: torch.Tensor | None) -> None:
         """Commit the accepted path and ``next_token`` exactly as the chain ``commit`` does, with the
@@ -340,6 +258,7 @@ class EagleDrafter(Drafter):
         self.last_tokens = torch.tensor([[tree.tokens[a] for a in path]], dtype=torch.long, device=dev)  # [1, n]
         rows = torch.tensor([0] + list(path), device=dev)
         self.commit(torch.tensor([len(path)], device=dev), torch.tensor([int(next_token)], device=dev), target_hidden[:, rows])
+
 
 def _target_tables(target, dtype=torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
     """(input embedding [V, H], output embedding [V, H]) of the target."""

@@ -21,7 +21,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .eagle import DRAFT_CLASSES, EagleConfig, EagleDraft, _rms, _rotate
+from .eagle import DRAFT_CLASSES
+from .eagle_model import EagleConfig, EagleDraft, _rms, _rotate
 
 __all__ = ["Eagle3Draft", "eagle3_config", "default_aux_layers"]
 

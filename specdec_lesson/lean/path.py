@@ -36,7 +36,12 @@ def engine_plain_rows(model: torch.nn.Module) -> int:
     threshold, else the largest of the Hugging Face modules' (``fastcpu.PackedLinear.plain_rows_max``)."""
     from ..fastcpu import plain_rows
 
-    return lean_model(model).plain_rows_max if uses_lean(model) else plain_rows(model)
+    if slots.LEAN_BY_DEFAULT:  # as uses_lean(model), building the lean copy once
+        try:
+            return lean_model(model).plain_rows_max
+        except UnsupportedModelError:
+            pass
+    return plain_rows(model)
 
 
 def engine_verify_curve(model: torch.nn.Module, ns: list[int], context: int = 128, repeats: int = 3,

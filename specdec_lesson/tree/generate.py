@@ -12,7 +12,7 @@ from ..models import check_same_vocab
 from ..sampling import SamplingConfig, as_float, check_logits
 from ..stats import SpecStats
 from .hybrid import HybridTree, HybridTreeDrafter
-from .structure import DynamicTree, StaticTree, build_tree
+from .structure import DynamicTree, StaticTree, build_tree, expand_of
 from .verify import RULES, verify_tree, verify_tree_greedy
 
 __all__ = ["tree_generate"]
@@ -80,7 +80,8 @@ def tree_generate(
                        capacity=ids.shape[1] + max_new_tokens + tree.max_nodes + 1)  # + one tree's nodes
     hidden = None
     if ids.shape[1] > 1:
-        _, hidden = state.forward(ids[:, :-1], mask[:, :-1], has_holes=not bool(mask.all()), output_hidden=need_hidden)
+        _, hidden = state.forward(ids[:, :-1], mask[:, :-1], has_holes=not bool(mask.all()), output_hidden=need_hidden,
+                                  logits_to_keep=1)  # the prompt's logits are never read: one row of the output layer
         stats.target_forwards += 1
     drafter.begin(ids, mask, hidden)
     pending = int(ids[0, -1])
@@ -93,7 +94,7 @@ def tree_generate(
             if isinstance(tree, HybridTree):
                 tr = drafter.build(tree, pending, sampling, generator)
             else:
-                tr = build_tree(tree, pending, drafter.tree_expand, sampling, generator)
+                tr = build_tree(tree, pending, expand_of(drafter), sampling, generator)
         t2 = clock()
         since, root_pos = state.num_slots, int(state.lengths[0])
         tokens = torch.tensor([tr.tokens], dtype=torch.long, device=device)  # [1, N]

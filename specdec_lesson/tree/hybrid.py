@@ -29,7 +29,7 @@ import torch
 
 from ..drafters.lookup import PromptLookupDrafter
 from ..sampling import SamplingConfig
-from .structure import DynamicTree, Expand, StaticTree, TokenTree, build_tree
+from .structure import DynamicTree, Expand, StaticTree, TokenTree, build_tree, expand_of
 
 __all__ = ["HybridTree", "HybridTreeDrafter", "build_hybrid_tree"]
 
@@ -123,13 +123,16 @@ class HybridTreeDrafter:
     def tree_expand(self, tree: TokenTree, nodes: list[int]) -> torch.Tensor:
         return self.model.tree_expand(tree, nodes)
 
+    def tree_expand_subset(self, tree: TokenTree, nodes: list[int]):
+        return expand_of(self.model)(tree, nodes)  # the model's subset logits where it has them
+
     def chain(self, n: int) -> list[int]:
         """The lookup's continuation of the history (up to ``n`` tokens after the pending one)."""
         return self.lookup.continuation(self.lookup.history[0], n)
 
     def build(self, spec: HybridTree, root_token: int, sampling: SamplingConfig,
               generator: torch.Generator | None) -> TokenTree:
-        tree = build_hybrid_tree(spec, root_token, self.tree_expand, self.chain(spec.lookup_len), sampling, generator)
+        tree = build_hybrid_tree(spec, root_token, self.tree_expand_subset, self.chain(spec.lookup_len), sampling, generator)
         self.lookup_steps += bool(tree.lookup_nodes)
         return tree
 

@@ -28,11 +28,23 @@ from dataclasses import dataclass
 
 import torch
 
-from ..sampling import SamplingConfig, as_float, check_logits
+from ..sampling import SamplingConfig, SubsetLogits, as_float, check_logits
 
-__all__ = ["TokenTree", "StaticTree", "DynamicTree", "build_tree", "tree_mask", "Expand"]
+__all__ = ["TokenTree", "StaticTree", "DynamicTree", "build_tree", "tree_mask", "Expand", "expand_of"]
 
-Expand = Callable[["TokenTree", list[int]], torch.Tensor]  # (tree, node ids) -> draft logits [n, V]
+Expand = Callable[["TokenTree", list[int]], "torch.Tensor | SubsetLogits"]  # (tree, node ids) -> draft logits [n, V]
+
+
+def expand_of(drafter) -> Expand:
+    """The drafter's tree expansion, on its output subset when it has one (``tree_expand_subset``)."""
+    return getattr(drafter, "tree_expand_subset", None) or drafter.tree_expand
+
+
+def _level(out) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """An expansion's logits ``[n, N]`` (fp32 or fp64) and the vocabulary ids of their columns (None: all of them)."""
+    if isinstance(out, SubsetLogits):
+        return as_float(out.values), out.ids
+    return as_float(out), None
 
 
 class TokenTree:
@@ -201,7 +213,8 @@ def build_tree(spec, root_token: int, expand: Expand, sampling: SamplingConfig,
                generator: torch.Generator | None = None) -> TokenTree:
     """Draft a tree of shape ``spec`` below ``root_token``, one ``expand`` call per level.
 
-    ``expand(tree, nodes)`` returns the draft's logits ``[len(nodes), V]`` after each node
+    ``expand(tree, nodes)`` returns the draft's logits ``[len(nodes), V]`` after each node, or a
+    :class:`~specdec_lesson.sampling.SubsetLogits` (-inf outside its ids: the same tree, built over N columns)
     (it may feed the nodes to a draft model with the tree mask)."""
     if isinstance(spec, StaticTree):
         return _build_static(spec, root_token, expand, sampling, generator)
@@ -215,7 +228,10 @@ def _build_static(spec: StaticTree, root: int, expand: Expand, sampling: Samplin
     tree = TokenTree(root, "iid" if iid else "distinct")
     frontier = [0]
     for b in spec.branching:
-        logits = as_float(expand(tree, frontier))  # [F, V]
+        out = expand(tree, frontier)
+        if isinstance(out, SubsetLogits) and not sampling.greedy:
+            out = out.full()  # the laws q are full-vocabulary
+        logits, ids = _level(out)  # [F, V] or [F, N]
         if sampling.greedy:
             check_logits(logits)  # NaN logits raise (top-k would pick garbage)
         else:
@@ -225,6 +241,7 @@ def _build_static(spec: StaticTree, root: int, expand: Expand, sampling: Samplin
             toks = torch.multinomial(q, b, replacement=True, generator=generator)  # [F, b] i.i.d. from q
         else:
             toks = logits.topk(min(b, logits.shape[-1]), dim=-1).indices  # [F, b] distinct
+            toks = toks if ids is None else ids[toks]
         frontier = [tree.add(t, v) for v, row in zip(frontier, toks.tolist()) for t in row]
     return tree
 
@@ -233,12 +250,13 @@ def _build_dynamic(spec: DynamicTree, root: int, expand: Expand) -> TokenTree:
     tree = TokenTree(root, "distinct")
     frontier = [0]
     for _ in range(spec.depth):
-        logits = as_float(expand(tree, frontier))  # [F, V]
+        logits, ids = _level(expand(tree, frontier))  # [F, V] or [F, N] (-inf elsewhere: the same log-softmax)
         check_logits(logits)  # NaN logits raise
-        logq = torch.log_softmax(logits.double(), dim=-1)  # [F, V]
+        logq = torch.log_softmax(logits.double(), dim=-1)  # [F, V or N]
         top = logq.topk(min(spec.topk, logq.shape[-1]), dim=-1)  # [F, topk]
+        toks_of = top.indices if ids is None else ids[top.indices]  # [F, topk] vocabulary ids
         new = []
-        for v, toks, lps in zip(frontier, top.indices.tolist(), top.values.tolist()):
+        for v, toks, lps in zip(frontier, toks_of.tolist(), top.values.tolist()):
             new += [tree.add(t, v, tree.scores[v] + lp) for t, lp in zip(toks, lps)]
         frontier = sorted(new, key=lambda v: (-tree.scores[v], v))[: spec.topk]  # beam: best cumulative scores
     best = sorted(range(1, tree.size), key=lambda v: (-tree.scores[v], v))[: spec.num_nodes]
