@@ -179,7 +179,8 @@ _A, _B = [1, 5, 2, 6, 1, 5], [1, 5, 2, 6, 3]  # A ends in a repeated 2-gram (its
 
 
 def _sample(drafter_class=AdaptiveDrafter, seed: int = 17) -> tuple[list[Counter], Counter, list[AdaptiveDrafter]]:
-    """Two AdaptiveDrafters over a hybrid (an EAGLE draft restricted to 4 of 8 tokens), with steep and flat costs,
+    """Two AdaptiveDrafters over a hybrid (an EAGLE draft restricted to 4 of 8 tokens), with steep and flat costs
+    (the flat ones, T(8)/T(1) = 1.2 and a cheap draft, make K = 3 steps common rather than a handful),
     each learning over 120 calls of 40 rows at T = 1, 4 new tokens: batches of A alone (lookup steps), mixed, B
     alone.  Returns the first 3 tokens' counts per prompt, the K chosen per step, and the drafters."""
     target = tiny_llama(vocab_size=8, hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, seed=3)
@@ -187,7 +188,7 @@ def _sample(drafter_class=AdaptiveDrafter, seed: int = 17) -> tuple[list[Counter
     counts, ks, drafters = [Counter(), Counter()], Counter(), []
     g = torch.Generator().manual_seed(seed)
     for cost in (StepCosts.linear(1.0, 2.0, 0.2, 0.2, overhead=0.2, catch_up=0.1),
-                 StepCosts.linear(1.0, 2.0, 0.1, 0.2, overhead=0.02, catch_up=0.1)):
+                 StepCosts.linear(1.0, 1.2, 0.05, 0.05, overhead=0.02, catch_up=0.1)):
         hybrid = HybridDrafter(EagleDrafter(sub, add_prompt_tokens=False), min_tokens=1, lookup_k=4)
         drafter = drafter_class(hybrid, cost, 3, probe_every=2)
         for i in range(120):
@@ -269,6 +270,21 @@ def test_measure_step_costs_on_tiny_models():
     costs = measure_step_costs(target, _eagle(target, dtype=torch.float32, n_sub=40), torch.tensor([PROMPTS[0]]), 3,
                                tokens=6)
     assert costs.verify == (0.010, 0.030, 0.020, 0.010)
+    assert costs.plain_step >= costs.verify[0]  # a whole plain step of the loop: never below the forward it runs
+
+
+def test_the_measured_check_starts_from_a_whole_plain_step():
+    """The draft's steps are timed start to start, the engine's loop included: the plain rate they are checked
+    against starts from a plain step timed the same way (``StepCosts.plain_step``), not from the bare forward T(1),
+    which would favour plain steps by the loop's own work."""
+    from specdec_lesson.drafters.adaptive_policy import StepCosts
+
+    target = tiny_llama(vocab_size=64, seed=0, dtype=torch.float32)
+    drafter = _eagle(target, dtype=torch.float32, n_sub=40)
+    loop = AdaptiveDrafter(drafter, StepCosts((0.010, 0.011), 0.001, 0.001, plain_step=0.012), 2)
+    assert loop.rates.rate("plain") == pytest.approx(1 / 0.012)
+    bare = AdaptiveDrafter(drafter, StepCosts((0.010, 0.011), 0.001, 0.001), 2)  # unmeasured: T(1)
+    assert bare.rates.rate("plain") == pytest.approx(1 / 0.010)
 
 
 def test_bench_entry_runs_and_matches_plain_greedy():
@@ -279,6 +295,8 @@ def test_bench_entry_runs_and_matches_plain_greedy():
     s = BenchSettings(tasks=["math"], methods=["ar", "adaptive"], max_new_tokens=12, repeats=1, warmup=0, limit=1)
     M.check_methods(loaded, ["adaptive"])  # measures the step costs once, before any timed run
     assert isinstance(loaded._adaptive_costs, StepCosts) and len(loaded._adaptive_costs.verify) == 17
+    note = next(n for n in loaded.notes if n.startswith("adaptive: step costs"))  # the results file says what it was fed
+    assert f"T(17) {1e3 * loaded._adaptive_costs.verify[16]:.2f} ms" in note
     ids = list(range(3, 20))
     ar, _ = M.REGISTRY["ar"].run(loaded, None, ids, s, 0)
     out, stats = M.REGISTRY["adaptive"].run(loaded, 3, ids, s, 0)
@@ -314,4 +332,42 @@ def test_step_rates_switch_drafting_off_only_when_measured_slower():
     assert not r.drafting_loses()
     for _ in range(40):
         r.add("plain", 1.0, 0.015)  # plain steps measured faster than the probe said
+    assert not r.drafting_loses()  # 40 steps without the draft: its evidence is stale, the check falls silent
+    r.add("model", 2.0, 0.040)
+    assert r.drafting_loses()  # a fresh draft step: 50 tokens/s against the plain steps measured (67 tokens/s)
+
+
+def test_lookup_steps_do_not_put_off_the_probe():
+    """Seen on 2026-12-07 with the same math prompt: lookup steps between plain ones reset the count of plain steps
+    in a row, so the probe never came and a stale acceptance estimate kept the draft off for the rest of the run."""
+    from specdec_lesson.drafters.adaptive_policy import SpeculationPolicy
+
+    pol = SpeculationPolicy(StepCosts.linear(1.0, 2.0, 0.5, 0.5, overhead=0.5, catch_up=0.5), 3, probe_every=3,
+                            prior_mean=0.01)  # the policy believes the draft useless: plain steps
+    forced = []
+    for i in range(12):
+        if i % 2:  # a lookup step: tokens proposed, no draft forward
+            pol.start(3, ["lookup"])
+            pol.finish(2, [2])
+        else:
+            k = pol.start(3, ["draft"])
+            forced.append(pol.cur.forced)
+            pol.finish(k, [0])
+    assert sum(forced) >= 2  # a probe after every 3 steps without the draft model
+
+
+def test_a_switch_off_lapses_when_the_draft_stops_running():
+    """Seen on 2026-12-07: a math prompt locked its draft out for good after a bad stretch (32 of 55 steps plain,
+    the draft's rate frozen at 48 tokens/s), because the draft's evidence only changed on its own steps, which the
+    switch-off had stopped."""
+    from specdec_lesson.drafters.adaptive import StepRates
+
+    r = StepRates(t1=0.015)
+    for _ in range(4):
+        r.add("model", 1.0, 0.025)  # a bad stretch: 40 tokens/s against plain 67
     assert r.drafting_loses()
+    lapsed = 0
+    while r.drafting_loses() and lapsed < 100:  # plain steps only, as after the switch-off
+        r.add("plain", 1.0, 0.015)
+        lapsed += 1
+    assert lapsed <= 8

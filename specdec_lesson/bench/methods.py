@@ -190,7 +190,13 @@ def _adaptive_costs(loaded: Loaded) -> None:
     if getattr(loaded, "_adaptive_costs", None) is None:
         V = loaded.target.get_output_embeddings().weight.shape[0]
         ids = torch.randint(V, (1, 64), generator=torch.Generator().manual_seed(0)).to(loaded.device)  # [1, 64]
-        loaded._adaptive_costs = measure_step_costs(loaded.target, _adaptive_model(loaded), ids, 4, max_width=17)
+        c = loaded._adaptive_costs = measure_step_costs(loaded.target, _adaptive_model(loaded), ids, 4, max_width=17)
+        ms = lambda x: f"{1e3 * x:.2f}"  # noqa: E731
+        loaded.notes.append(  # what the policy was fed: a run on a host whose speed shifted can be read against it
+            f"adaptive: step costs measured once before the timed runs (drafters.adaptive.measure_step_costs): T(1..8) "
+            f"{' / '.join(ms(x) for x in c.verify[:8])} ms, T(17) {ms(c.verify[-1])} ms; the draft's first token "
+            f"{ms(c.draft_first)} ms, each further one {ms(c.draft_next)} ms, overhead per drafting step {ms(c.overhead)} "
+            f"ms, a plain step of the loop {ms(c.plain_step)} ms")
 
 
 def _adaptive(loaded, x, k, s, samp, gen):

@@ -44,23 +44,30 @@ class StepRates:
     (sums decayed by ``decay`` at each step of the same group).  The cost model predicts; this checks: when the
     steps that consult the draft emit fewer tokens per second than plain steps, drafting is switched off whatever
     the model says (the check is made of past steps' wall-clock times, so the output law stays the target's).  The
-    plain rate starts from the measured T(1) (``prior_steps`` steps of it); the draft's needs ``min_steps`` steps."""
+    plain rate starts from a measured plain step (``prior_steps`` steps of it); the draft's needs ``min_steps``
+    steps.  The draft's evidence goes stale: after ``stale_after`` steps in a row without it the check falls silent
+    (the cost model, with its acceptance estimates, decides again), so one bad stretch early in a run never locks
+    the draft out of the rest, as a switch-off that stops the draft's own steps otherwise would."""
 
-    def __init__(self, t1: float, decay: float = 0.95, prior_steps: float = 2.0, min_steps: float = 3.0) -> None:
-        self.decay, self.min_steps = decay, min_steps
+    def __init__(self, t1: float, decay: float = 0.95, prior_steps: float = 2.0, min_steps: float = 3.0,
+                 stale_after: int = 8) -> None:
+        self.decay, self.min_steps, self.stale_after = decay, min_steps, stale_after
+        self.without_model = 0  # steps in a row that did not run the draft model
         self.sums = {"model": [0.0, 0.0, 0.0], "plain": [prior_steps, prior_steps * t1, prior_steps]}  # tokens, s, steps
 
     def add(self, group: str, tokens: float, seconds: float) -> None:
         g = self.sums[group]  # each group forgets at its own pace: its rate is that of its own recent steps
         g[:] = [v * self.decay for v in g]
         g[0], g[1], g[2] = g[0] + tokens, g[1] + seconds, g[2] + 1.0
+        self.without_model = 0 if group == "model" else self.without_model + 1
 
     def rate(self, group: str) -> float:
         tok, sec, _ = self.sums[group]
         return tok / sec if sec > 0 else 0.0
 
     def drafting_loses(self) -> bool:
-        return self.sums["model"][2] >= self.min_steps and self.rate("model") < self.rate("plain")
+        fresh = self.without_model < self.stale_after
+        return fresh and self.sums["model"][2] >= self.min_steps and self.rate("model") < self.rate("plain")
 
 
 class AdaptiveDrafter(Drafter):
@@ -89,7 +96,9 @@ class AdaptiveDrafter(Drafter):
         self.default_k = self.k_max
         self.kinds: Counter = Counter()  # steps per kind: plain, probe, draft, lookup
         self.catch_ups = 0  # forwards feeding the draft what it skipped
-        self.rates = StepRates(costs.T(1))  # measured tokens/s of steps with and without the draft model
+        # measured tokens/s of steps with and without the draft model; the plain rate starts from a whole plain step of
+        # the engine's loop (timed start to start, as the draft's steps are), T(1) when that was not measured
+        self.rates = StepRates(costs.plain_step or costs.T(1))
         self._open: tuple[str, float, float] | None = None  # the step in progress: (group, start time, tokens)
 
     @property
@@ -228,6 +237,19 @@ class AdaptiveDrafter(Drafter):
         return f"steps {head} ({kinds})" + "".join(f"\n  e.g. {x}" for x in (plain, drafted) if x)
 
 
+class _NoDrafts(Drafter):
+    """Proposes nothing: every step of the speculative loop is a plain step (what ``measure_step_costs`` times)."""
+
+    def begin(self, prompt_ids, prompt_mask, target_hidden) -> None:
+        self.empty = prompt_ids.new_zeros(prompt_ids.shape[0], 0)  # [B, 0]
+
+    def propose(self, k, sampling, generator):
+        return self.empty, None
+
+    def commit(self, num_accepted, next_token, target_hidden) -> None:
+        pass
+
+
 def measure_step_costs(target, model: Drafter, ids: torch.Tensor, k_max: int, *, tokens: int = 16,
                        max_width: int | None = None) -> StepCosts:
     """:class:`StepCosts` measured on this machine in a few seconds: T(n) for n = 1..``max_width`` (default
@@ -245,6 +267,9 @@ def measure_step_costs(target, model: Drafter, ids: torch.Tensor, k_max: int, *,
     curve = best if all(n in best for n in widths) else engine_verify_curve(target, widths, context=128, repeats=3)
     autoregressive_generate(target, ids, 4)  # warm-up
     _, ar = autoregressive_generate(target, ids, tokens)
+    speculative_generate(target, _NoDrafts(), ids, 4, k=1)  # warm-up
+    _, st = speculative_generate(target, _NoDrafts(), ids, tokens, k=1)  # plain steps in the speculative loop
+    plain_step = (st.time_draft + st.time_verify + st.time_other) / max(st.row_steps, 1)
     per_step = {}
     for k in sorted({1, k_max}):
         speculative_generate(target, model, ids, 4, k=k)  # warm-up
@@ -257,4 +282,5 @@ def measure_step_costs(target, model: Drafter, ids: torch.Tensor, k_max: int, *,
     # as measured at each width, not forced non-decreasing: a form's curve can dip (plain weights: a slow GEMM for
     # 2-3 rows, a faster one from 4), and the engine pays what the width it runs costs; but never below T(1): a
     # wider forward reads the same weights, and a dip under T(1) is the probe's noise
-    return StepCosts(tuple(max(curve[n], curve[1]) for n in widths), a, b, overhead=overhead, catch_up=b)
+    return StepCosts(tuple(max(curve[n], curve[1]) for n in widths), a, b, overhead=overhead, catch_up=b,
+                     plain_step=max(plain_step, curve[1]))

@@ -37,20 +37,22 @@ class StepCosts:
     """Seconds of one step's parts: ``verify[n - 1]`` = T(n) (n = 1.., extended linearly by its last two entries),
     the draft's first token ``draft_first`` (a) and each further one ``draft_next`` (b), ``overhead`` per drafting
     step beyond a plain step (the draft's commit, verification), and ``catch_up``: feeding the draft the tokens of
-    the plain steps it skipped, paid when drafting resumes."""
+    the plain steps it skipped, paid when drafting resumes.  ``plain_step``: a whole plain step in the engine's loop
+    (T(1) plus the loop's own work; 0: unmeasured, taken as T(1)), what the measured check's plain rate starts from."""
 
     verify: tuple[float, ...]
     draft_first: float
     draft_next: float
     overhead: float = 0.0
     catch_up: float = 0.0
+    plain_step: float = 0.0
 
     def __post_init__(self) -> None:
         ts = tuple(as_real(t, f"verify[{i}] (T({i + 1}), seconds)", lo=0.0, lo_open=True) for i, t in enumerate(self.verify))
         if not ts:
             raise ValueError("StepCosts needs T(1) at least: verify=(T(1), T(2), ...) in seconds")
         object.__setattr__(self, "verify", ts)
-        for name in ("draft_first", "draft_next", "overhead", "catch_up"):
+        for name in ("draft_first", "draft_next", "overhead", "catch_up", "plain_step"):
             object.__setattr__(self, name, as_real(getattr(self, name), f"{name} (seconds)", lo=0.0))
 
     @classmethod
@@ -189,7 +191,8 @@ class SpeculationPolicy:
     ``start(kcap, sources)`` -> the planned K (0: a plain step, draft nothing); while drafting, ``keep_going(j,
     confidences)`` is asked before draft j+1 is drawn; ``finish(proposed, accepted)`` learns from the outcome and
     logs why (``log``: one line per step).  ``defers``: plain steps skip the draft (its catch-up is then paid when
-    drafting resumes).  Exploration: after ``probe_every`` plain steps in a row a probe drafts one token (default:
+    drafting resumes).  Exploration: after ``probe_every`` steps in a row without the draft model (plain steps, and
+    lookup steps, which teach the draft's acceptance nothing) a probe drafts one token (default:
     as often as keeps the probe's worst-case loss, alpha = 0, under ``explore`` of the plain steps' time)."""
 
     def __init__(self, costs: StepCosts, k_max: int, *, prior_mean: float = 0.5, prior_weight: float = 2.0,
@@ -205,7 +208,7 @@ class SpeculationPolicy:
             worst = costs.step(1, resume=defers) - costs.T(1)  # a probe's loss when its draft is always rejected
             probe_every = max(2, math.ceil(worst / (as_real(explore, "explore", lo=0.0, lo_open=True) * costs.T(1))))
         self.probe_every = as_int(probe_every, "probe_every", lo=1)
-        self.plain_streak, self.behind = 0, False  # plain steps in a row; whether the draft skipped some
+        self.plain_streak, self.behind = 0, False  # steps in a row without the draft; whether it skipped some
         self.log = log
         self.cur: _Step | None = None
 
@@ -317,7 +320,9 @@ class SpeculationPolicy:
         for s, depth, a in stopped:
             self.stats[s].expect(depth, a)
         free = c.free_draft if c is not None else False
-        self.plain_streak = self.plain_streak + 1 if proposed == 0 else 0
+        # steps in a row without the draft model: a lookup step (no draft forward) teaches the draft's acceptance
+        # nothing either, so it must not put the next probe off
+        self.plain_streak = self.plain_streak + 1 if proposed == 0 or free else 0
         if self.defers and (proposed == 0 or free):
             self.behind = True
         elif proposed > 0:
