@@ -14,7 +14,7 @@ greedy runs return ``None`` (a one-hot q).  The network itself (``EagleConfig``,
 Per draft step the drafter pays little besides the draft's five matrix products and its output rows: RoPE's cos / sin
 are tables over every cache slot (indexed, not recomputed), a one-token step of a batch-of-one run without holes
 attends to every slot up to its own without a mask, and trees take the top-k of the run's output subset without
-building full-vocabulary logits (:class:`~specdec_lesson.tree.structure.SubsetLogits`).
+building full-vocabulary logits (:class:`~specdec_lesson.sampling.SubsetLogits`).
 """
 
 from __future__ import annotations

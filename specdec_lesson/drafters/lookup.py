@@ -23,18 +23,44 @@ class PromptLookupDrafter(Drafter):
         if not 1 <= min_ngram <= max_ngram:
             raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
+        self._index: dict[int, list] = {}  # id(history list) -> [the list, tokens indexed, {token: positions}]
 
     def begin(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, target_hidden: torch.Tensor | None) -> None:
         self.device = prompt_ids.device
         self.history = [[t for t, m in zip(row, mrow) if m] for row, mrow in zip(prompt_ids.tolist(), prompt_mask.tolist())]
+        self._index = {}
+
+    def _positions(self, hist: list[int]) -> dict[int, list[int]]:
+        """Each token's positions in ``hist`` (ascending), kept up to date as the list grows (a history only ever
+        grows by commits; a list that shrank, or a new one, is indexed afresh)."""
+        entry = self._index.get(id(hist))
+        if entry is None or entry[0] is not hist or entry[1] > len(hist):
+            if len(self._index) > 64:  # callers that pass a fresh list per call: keep the cache small
+                self._index = {}
+            entry = self._index[id(hist)] = [hist, 0, {}]
+        pos = entry[2]
+        for i in range(entry[1], len(hist)):
+            pos.setdefault(hist[i], []).append(i)
+        entry[1] = len(hist)
+        return pos
 
     def continuation(self, hist: list[int], k: int) -> list[int]:
-        """Up to k tokens that followed the latest earlier occurrence of ``hist``'s longest matching tail n-gram."""
-        for n in range(min(self.max_ngram, len(hist) - 1), self.min_ngram - 1, -1):
+        """Up to k tokens that followed the latest earlier occurrence of ``hist``'s longest matching tail n-gram.
+
+        An earlier occurrence of the tail ends at a position e <= len - 2 holding the history's last token, so only
+        those positions are tried (latest first), from the token's position index: the same answer as scanning
+        every start, at a cost that does not grow with the history."""
+        L = len(hist)
+        ends = self._positions(hist).get(hist[-1], []) if L > 1 else []
+        for n in range(min(self.max_ngram, L - 1), self.min_ngram - 1, -1):
             tail = hist[-n:]
-            for start in range(len(hist) - n - 1, -1, -1):
-                if hist[start:start + n] == tail:
-                    return hist[start + n:start + n + k]
+            for e in reversed(ends):
+                if e > L - 2:
+                    continue
+                if e < n - 1:
+                    break
+                if hist[e - n + 1:e + 1] == tail:
+                    return hist[e + 1:e + 1 + k]
         return []
 
     def propose(self, k: int, sampling: SamplingConfig, generator: torch.Generator | None):
