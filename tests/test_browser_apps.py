@@ -103,12 +103,11 @@ def test_notebook_01_speedup_slider_updates_figure_in_browser(lab):
 
 
 APP02 = """# the notebook-02 app on the default pair, 16 new tokens (as a learner runs it)
-from specdec_lesson.drafters.eagle import load_default_draft
+from specdec_lesson.drafters.pair import load_default_pair
 from specdec_lesson.lab.app import build_app
-from specdec_lesson.models import load_default_target
 
-target, tok = load_default_target(verbose=False)
-lab = build_app(target, tok, load_default_draft(target), max_new_tokens=16)
+fast = load_default_pair(verbose=False)
+lab = build_app(fast.target, fast.tokenizer, fast.draft, max_new_tokens=16)
 lab
 """
 PROMPT02 = "Write a Python function that returns the squares of a list of numbers."
@@ -157,6 +156,7 @@ def test_notebook_02_app_decodes_a_typed_prompt_in_browser(lab):
             assert got["kinds"].get("target", 0) >= 1 and got["kinds"].get("accepted", 0) >= 1, got["kinds"]
             assert "rgb(201, 242, 201)" in got["colours"] and "rgb(207, 224, 252)" in got["colours"]  # green, blue
             assert "tokens/s" in got["speed"] and "plain decoding" in got["speed"]
+            assert "steps: " in got["speed"], got["speed"]  # the status line: what the adaptive default did
             page.locator(".jp-OutputArea-output span[data-kind]").first.scroll_into_view_if_needed()
             page.screenshot(path=str(shot), full_page=False)
             assert shot.stat().st_size > 10_000

@@ -233,6 +233,33 @@ def test_app_run_matches_the_engine(target):
     assert "the prompt is empty" in lab.status.value and not lab.run_button.disabled
 
 
+def test_app_status_says_what_the_adaptive_drafter_did(target):
+    """The status line names the adaptive drafter's steps per kind, and when it drafted nothing, the policy's reason
+    (a learner otherwise sees a trace without green and no why)."""
+    pytest.importorskip("ipywidgets")
+    from specdec_lesson.drafters.adaptive import AdaptiveDrafter
+    from specdec_lesson.drafters.adaptive_policy import StepCosts
+    from specdec_lesson.lab.app import build_app
+
+    tok = ByteTok()
+    steep = StepCosts((0.01, 0.03, 0.04, 0.05), 0.005, 0.005)  # verifying 2 costs 3 tokens' time: drafting never pays
+    flat = StepCosts((0.01, 0.0101, 0.0102, 0.0103), 0.0001, 0.0001)
+    drafters = {"steep": lambda k: AdaptiveDrafter(_eagle(target), steep, k, probe_every=100),
+                "flat": lambda k: AdaptiveDrafter(_eagle(target), flat, k),
+                "model": lambda k: ModelDrafter(noisy_copy(target, 0.1))}
+    lab = build_app(target, tok, drafters=drafters, prompt="abc abc abc ab", max_new_tokens=16, k=3)
+    lab.run()
+    assert "steps: plain 15" in lab.status.value  # 16 tokens: the prefill emits the first
+    assert "the policy drafted nothing: alpha_hat" in lab.status.value
+    assert "plain step 10 ms beats" in html.unescape(lab.status.value)
+    lab.drafter.value = "flat"
+    lab.run()
+    assert "steps: draft" in lab.status.value and "drafted nothing" not in lab.status.value
+    lab.drafter.value = "model"
+    lab.run()
+    assert "steps:" not in lab.status.value and lab.status.value.startswith("done: model, K = 3")
+
+
 def test_default_drafters_offer_the_three_and_load_the_draft_lazily(target):
     pytest.importorskip("ipywidgets")
     from specdec_lesson.lab.app import default_drafters

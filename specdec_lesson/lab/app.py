@@ -5,7 +5,8 @@ It decodes the prompt twice with the same seed, plainly (one target forward per 
 (:func:`~specdec_lesson.lab.render.render_html`), its alpha / utilisation / tau, and both runs' tokens/s side
 by side.  Every control is an attribute and :meth:`DecodeLab.run` does the work, so tests drive it headlessly::
 
-    lab = build_app(target, tokenizer, draft)      # draft: the shipped EagleDrafter (load_default_draft(target))
+    pair = load_default_pair()                     # drafters.pair: the target in its fastest form here + the draft
+    lab = build_app(pair.target, pair.tokenizer, pair.draft)
     lab.k_slider.value = 3
     result = lab.run()                              # what the Run button does; result.html is lab.trace_html.value
 
@@ -180,9 +181,23 @@ class DecodeLab:
                            self.tokenizer.decode(spec[0]), plain_s, spec_s, stats, trace, page)
         self.trace_html.value = page
         self.speed.value = _speed_html(result, temperature)
-        self.status.value = f"done: {self.drafter.value}, K = {k}, temperature {temperature:g}"
+        self.status.value = (f"done: {html.escape(self.drafter.value)}, K = {k}, temperature {temperature:g}"
+                             + _policy_note(drafter))
         self.last = result
         return result
+
+
+def _policy_note(drafter: Drafter) -> str:
+    """For an adaptive drafter: its steps per kind, and when it drafted nothing, the policy's reason (a learner
+    sees why the trace has no green), e.g. a verify forward over 2-5 tokens that costs far more than one here."""
+    kinds = getattr(drafter, "kinds", None)
+    if not kinds:
+        return ""
+    note = "; steps: " + ", ".join(f"{kind} {n}" for kind, n in kinds.most_common())
+    if not any(kinds[x] for x in ("draft", "probe", "lookup")):
+        why = next((line for line in getattr(drafter, "decisions", []) if line.startswith("K=0:")), "")
+        note += f" (the policy drafted nothing: {why[5:].strip()})" if why else ""
+    return html.escape(note)
 
 
 def _speed_html(r: LabResult, temperature: float) -> str:
@@ -198,7 +213,9 @@ def _speed_html(r: LabResult, temperature: float) -> str:
 
 def build_app(target: torch.nn.Module, tokenizer, draft: Drafter | None = None, *,
               drafters: dict[str, DrafterFactory] | None = None, **options) -> DecodeLab:
-    """The app for ``target`` (e.g. ``load_default_target()``), its tokenizer and the shipped distilled draft
+    """The app for ``target`` (``load_default_pair().target``: the form plain decoding runs fastest in on this CPU;
+    the plain Hugging Face weights verify 2-5 tokens at about twice a token's cost on some CPUs, and the adaptive
+    default then rightly drafts nothing), its tokenizer and the shipped distilled draft
     (``draft``; loaded on first use when None).  ``drafters`` replaces :func:`default_drafters`; ``options`` go
     to :class:`DecodeLab` (``prompt``, ``k``, ``temperature``, ``max_new_tokens``, ``seed``)."""
     if drafters is None:
