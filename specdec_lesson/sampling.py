@@ -14,7 +14,7 @@ import torch
 
 __all__ = [
     "logits_to_probs", "sample_from_probs", "check_sampling_args", "SamplingConfig", "as_float", "check_logits",
-    "NonFiniteLogitsError", "SubsetLogits",
+    "NonFiniteLogitsError", "SubsetLogits", "greedy_tokens",
 ]
 
 
@@ -39,6 +39,17 @@ def check_logits(logits: torch.Tensor, model: str | None = None, step: int | Non
     the engines call it once per forward."""
     if logits.numel() and not bool(torch.isfinite(logits.amax(dim=-1)).all()):  # amax propagates NaN
         raise NonFiniteLogitsError(model, step)
+
+
+def greedy_tokens(logits: torch.Tensor, model: str | None = None, step: int | None = None) -> torch.Tensor:
+    """``logits.argmax(-1)`` (the greedy token: the first maximal index, ties to the lowest id) after
+    :func:`check_logits`'s test (every row's maximum finite), in as few tensor operations as the hot loops allow: the
+    row maxima are summed in fp64 and read as one number (NaN and +-inf survive the sum; fp32 maxima cannot overflow
+    it).  Right after a forward, each small CPU operation costs 10-30 us, about what the reductions themselves do."""
+    best = logits.argmax(-1)  # [...]
+    if logits.numel() and not math.isfinite(logits.amax(-1).sum(dtype=torch.float64).item()):
+        raise NonFiniteLogitsError(model, step)
+    return best
 
 
 def check_sampling_args(temperature: float, top_k: int | None, top_p: float | None) -> None:

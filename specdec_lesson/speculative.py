@@ -26,7 +26,7 @@ from .drafters.base import hidden_request
 from .generation import Clock, Outputs, blame, check_run, eos_of, prepare_inputs
 from .lean import make_cache
 from .models import check_same_vocab
-from .sampling import SamplingConfig, as_float, check_logits, sample_from_probs
+from .sampling import SamplingConfig, as_float, greedy_tokens, sample_from_probs
 from .stats import SpecStats
 from .verify import VERIFY_RULES, draw_verify_randoms, race_sample, verify_block_from_randoms, verify_chain_from_randoms
 
@@ -60,8 +60,10 @@ def autoregressive_generate(
         t1 = clock()
         step += 1
         logits, _ = state.forward(pending)  # [B, 1, V]
-        p = sampling.probs(as_float(logits[:, -1]), "target", step)  # [B, V]; NaN logits raise
-        tok = p.argmax(-1) if sampling.greedy else sample_from_probs(p, generator)  # [B]
+        if sampling.greedy:  # the argmax of the one-hot law sampling.probs would build, without building it
+            tok = greedy_tokens(logits[:, -1], "target", step)  # [B]; NaN logits raise
+        else:
+            tok = sample_from_probs(sampling.probs(as_float(logits[:, -1]), "target", step), generator)  # [B]
         stats.target_forwards += 1
         t2 = clock()
         active = [not d for d in out.done]
@@ -169,8 +171,10 @@ def speculative_generate(
         since = state.num_slots
         logits, hidden = state.forward(torch.cat([pending, draft_tokens], 1), output_hidden=need_hidden)  # [B, K+1, V]
         stats.target_forwards += 1
-        if greedy_fast:  # T = 0: the verification below with one-hot laws, computed from the argmax alone
-            num_accepted, next_token = _greedy_verify(logits, draft_tokens, step)
+        if greedy_fast:  # T = 0: the verification below with one-hot laws, from the argmax alone, on the host
+            host = _greedy_rows(logits, draft_tokens, step)  # [B][2 + K]: accepted, next token, drafts
+            num_accepted = torch.tensor([row[0] for row in host], device=device)  # [B]
+            next_token = torch.tensor([row[1] for row in host], device=device)  # [B]
         else:
             target_probs = sampling.probs(as_float(logits), "target", step)  # [B, K+1, V]; NaN logits raise
             if K == 0:  # nothing proposed: a plain step
@@ -189,7 +193,7 @@ def speculative_generate(
                     verify_fn = _triton_verify if kernels else verify_chain_from_randoms
                 num_accepted, next_token = verify_fn(target_probs, draft_probs.to(target_probs.dtype), draft_tokens,
                                                      uni, expo)
-        host = torch.cat([num_accepted[:, None], next_token[:, None], draft_tokens], 1).tolist()  # one sync per step
+            host = torch.cat([num_accepted[:, None], next_token[:, None], draft_tokens], 1).tolist()  # one sync per step
         t3 = clock()
         active = [not d for d in out.done]
         n_acc = [row[0] for row in host]
@@ -209,15 +213,28 @@ def speculative_generate(
     return out.tensors(device), stats
 
 
-def _greedy_verify(logits: torch.Tensor, draft_tokens: torch.Tensor, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _greedy_rows(logits: torch.Tensor, draft_tokens: torch.Tensor, step: int) -> list[list[int]]:
     """``verify_chain`` at T = 0, where p is one-hot on the argmax (ties to the lowest id): draft x passes iff it is
-    the argmax, and the token after the accepted prefix (residual or bonus) is the argmax there.  Returns
-    ``(num_accepted [B], next_token [B])`` equal to the full verification's (tests/test_speculative.py)."""
-    check_logits(logits, "target", step)  # NaN logits raise, as sampling.probs would
-    best = logits.argmax(-1)  # [B, K+1] the first maximal index, as logits_to_probs' one-hot
+    the argmax, and the token after the accepted prefix (residual or bonus) is the argmax there.  Returns the step's
+    host rows ``[num_accepted, next_token, *drafts]`` per row, from one transfer of the argmax and the drafts (a
+    handful of list operations instead of five small tensor ones after the forward)."""
+    best = greedy_tokens(logits, "target", step)  # [B, K+1] the first maximal index, as logits_to_probs' one-hot;
+    # NaN logits raise, as sampling.probs would
     K = draft_tokens.shape[1]
-    num_accepted = (draft_tokens == best[:, :K]).long().cumprod(-1).sum(-1)  # [B]
-    return num_accepted, best.gather(1, num_accepted[:, None]).squeeze(1)
+    rows = []
+    for row in torch.cat([best, draft_tokens.to(best.dtype)], 1).tolist():  # [B, 2K+1]: argmax, then the drafts
+        top, drafts = row[:K + 1], row[K + 1:]
+        n = next((j for j in range(K) if drafts[j] != top[j]), K)
+        rows.append([n, top[n]] + drafts)
+    return rows
+
+
+def _greedy_verify(logits: torch.Tensor, draft_tokens: torch.Tensor, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_greedy_rows` as ``(num_accepted [B], next_token [B])``, equal to the full verification's
+    (tests/test_speculative.py)."""
+    rows = _greedy_rows(logits, draft_tokens, step)
+    return (torch.tensor([r[0] for r in rows], device=logits.device),
+            torch.tensor([r[1] for r in rows], device=logits.device))
 
 
 def _triton_verify(target_probs, draft_probs, draft_tokens, uniforms, exponentials):

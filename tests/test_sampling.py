@@ -170,3 +170,28 @@ def test_shift_before_scaling_keeps_ordinary_temperatures_unchanged():
     logits = torch.randn(4, 30, generator=gen, dtype=torch.float64) * 5
     for t in (0.05, 0.7, 1.0, 3.0, 1e6):
         assert torch.allclose(logits_to_probs(logits, t), torch.softmax(logits / t, -1), atol=1e-12, rtol=1e-9)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_greedy_tokens_is_the_checked_argmax(dtype):
+    """The engines' greedy pick: the first maximal index (ties to the lowest id, as the one-hot law of T = 0) on any
+    leading shape, -inf entries allowed; NaN, +inf or a row of -inf only raise NonFiniteLogitsError naming the model
+    and the step."""
+    from specdec_lesson.sampling import NonFiniteLogitsError, greedy_tokens
+
+    g = torch.Generator().manual_seed(0)
+    for V in (1, 7, 4096, 49152):
+        logits = torch.randint(0, 4, (2, 3, V), generator=g).to(dtype)  # few values: ties everywhere
+        logits[0, 1, : V // 2] = float("-inf")
+        assert torch.equal(greedy_tokens(logits), logits.argmax(-1))
+        assert torch.equal(greedy_tokens(logits, "target", 3), logits_to_probs(logits.float(), 0.0, validate=False).argmax(-1))
+    assert greedy_tokens(torch.zeros(0, 5)).shape == (0,)
+    for bad in (float("nan"), float("inf")):
+        logits = torch.zeros(2, 3, 50, dtype=dtype)
+        logits[1, 2, 7] = bad
+        with pytest.raises(NonFiniteLogitsError, match="the target model's logits .* at decoding step 4"):
+            greedy_tokens(logits, "target", 4)
+    logits = torch.zeros(2, 50, dtype=dtype)
+    logits[1] = float("-inf")  # a row with no finite logit
+    with pytest.raises(NonFiniteLogitsError):
+        greedy_tokens(logits)

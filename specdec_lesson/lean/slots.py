@@ -36,13 +36,33 @@ class LeanSlotCache:
         self.lean = lean if lean is not None else lean_model(model)
         self.cache = self.lean.new_cache(batch_size, capacity or 256, device)
         self.use_kernels = use_kernels  # accepted for SlotCache's signature; compaction here is one gather
-        self.valid = torch.zeros(batch_size, 0, dtype=torch.bool, device=device)  # [B, S] the engine's slot map
+        self.batch, self.device = batch_size, device
+        # the engine's slot map valid [B, S]; None while every slot is valid (no padding, no holes, the usual
+        # batch of one): then it is only a count, and a step's bookkeeping is no tensor work at all
+        self._valid: torch.Tensor | None = None
+        self._slots = 0
         self.holes = False
         self.dtype = self.lean.dtype
 
     @property
+    def valid(self) -> torch.Tensor:
+        """[B, S] bool: which slots hold a token (built on demand while every slot does)."""
+        if self._valid is None:
+            return torch.ones(self.batch, self._slots, dtype=torch.bool, device=self.device)
+        return self._valid
+
+    @valid.setter
+    def valid(self, value: torch.Tensor) -> None:
+        self._valid, self._slots = value, value.shape[1]
+
+    @property
+    def dense(self) -> bool:
+        """Whether every slot is valid."""
+        return self._valid is None
+
+    @property
     def num_slots(self) -> int:
-        return self.valid.shape[1]
+        return self._slots
 
     @property
     def lengths(self) -> torch.Tensor:
@@ -59,9 +79,12 @@ class LeanSlotCache:
         B, n = tokens.shape
         step = self.cache.plan(n, new_valid, block_mask, positions)
         out = self.lean.forward(tokens, self.cache, step, output_hidden, logits_to_keep)
-        if new_valid is None:
-            new_valid = torch.ones(B, n, dtype=torch.bool, device=tokens.device)
-        self.valid = torch.cat([self.valid, new_valid.to(torch.bool)], dim=1)
+        if self.dense and (new_valid is None or (not has_holes and bool(new_valid.all()))):
+            self._slots += n
+        else:
+            if new_valid is None:
+                new_valid = torch.ones(B, n, dtype=torch.bool, device=tokens.device)
+            self.valid = torch.cat([self.valid, new_valid.to(torch.bool)], dim=1)
         self.holes = self.holes or has_holes
         return out
 
@@ -71,12 +94,17 @@ class LeanSlotCache:
         length becomes its count of valid slots kept; nothing is copied."""
         S = self.num_slots
         n = S - since
-        if len(keep) != self.valid.shape[0] or any(not 0 <= k <= n for k in keep):
+        if len(keep) != self.batch or any(not 0 <= k <= n for k in keep):
             raise ValueError(f"keep must list, per row, a count in 0..{n}; got {keep}")
+        if self.dense and min(keep) == max(keep):  # every slot valid, every row keeps as many: a count
+            self._slots = since + keep[0]
+            self.cache.set_lengths([self._slots] * len(keep))
+            return
         if min(keep) < max(keep):
             self.holes = True
-        kept = torch.arange(n, device=self.valid.device)[None, :] < torch.tensor(keep, device=self.valid.device)[:, None]
-        self.valid = torch.cat([self.valid[:, :since], self.valid[:, since:] & kept], dim=1)[:, : since + max(keep)]
+        valid = self.valid  # [B, S]
+        kept = torch.arange(n, device=valid.device)[None, :] < torch.tensor(keep, device=valid.device)[:, None]
+        self.valid = torch.cat([valid[:, :since], valid[:, since:] & kept], dim=1)[:, : since + max(keep)]
         self.cache.set_lengths(self.valid.sum(1).tolist())
 
     @torch.inference_mode()
@@ -104,14 +132,17 @@ class LeanSlotCache:
         mask.scatter_(2, col[:, None, :].expand(B, n, S_old + n), allowed)
         step.mask = mask[:, None, :, :keys]  # [B, 1, n, keys]
         out = self.lean.forward(tokens, self.cache, step, output_hidden)
-        self.valid = valid
+        if self.dense:
+            self._slots += n  # the tree's nodes are all valid
+        else:
+            self.valid = valid
         return out
 
     @torch.inference_mode()
     def compact(self, since: int, paths: list[list[int]]) -> None:
         """As :meth:`SlotCache.compact`: keep, in row b, the slots ``since + paths[b][i]`` (in that order) as the
         slots ``since + i`` and drop every other slot from ``since`` on (one gather per row over all layers)."""
-        S, B = self.num_slots, self.valid.shape[0]
+        S, B = self.num_slots, self.batch
         if len(paths) != B or any(not 0 <= o < S - since for p in paths for o in p):
             raise ValueError(f"paths must list, per row, slot offsets in 0..{S - since - 1}; got {paths}")
         valid = self.valid.tolist()
@@ -123,10 +154,14 @@ class LeanSlotCache:
             if index != list(range(base, base + len(p))):
                 self.cache.move(b, index, base)
         lens = [len(p) for p in paths]
+        if self.dense and min(lens) == max(lens):  # every kept slot valid: still a count
+            self._slots = since + lens[0]
+            self.cache.set_lengths([self._slots] * B)
+            return
         if min(lens) < max(lens):
             self.holes = True
-        n_valid = torch.tensor(lens, dtype=torch.long, device=self.valid.device)  # [B]
-        kept = torch.arange(S - since, device=self.valid.device)[None, :] < n_valid[:, None]  # [B, S - since]
+        n_valid = torch.tensor(lens, dtype=torch.long, device=self.device)  # [B]
+        kept = torch.arange(S - since, device=self.device)[None, :] < n_valid[:, None]  # [B, S - since]
         self.valid = torch.cat([self.valid[:, :since], kept], dim=1)[:, : since + max(lens)]
         self.cache.set_lengths(self.valid.sum(1).tolist())
 

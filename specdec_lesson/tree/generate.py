@@ -9,7 +9,7 @@ from ..drafters.base import hidden_request
 from ..generation import Clock, Outputs, blame, check_run, eos_of, prepare_inputs
 from ..lean import make_cache
 from ..models import check_same_vocab
-from ..sampling import SamplingConfig, as_float, check_logits
+from ..sampling import SamplingConfig, as_float, greedy_tokens
 from ..stats import SpecStats
 from .hybrid import HybridTree, HybridTreeDrafter
 from .structure import DynamicTree, StaticTree, build_tree, expand_of
@@ -102,8 +102,7 @@ def tree_generate(
                                        output_hidden=need_hidden)  # [1, N, V]
         stats.target_forwards += 1
         if sampling.greedy:
-            check_logits(logits[0], "target", step)  # NaN logits raise (argmax would pick token 0)
-            path, nxt = verify_tree_greedy(tr, logits[0].argmax(-1).tolist())
+            path, nxt = verify_tree_greedy(tr, greedy_tokens(logits[0], "target", step).tolist())  # NaN logits raise
         else:
             path, nxt = verify_tree(tr, sampling.probs(as_float(logits[0]), "target", step), generator, rule)  # [N, V] laws
         t3 = clock()
