@@ -187,10 +187,11 @@ def _sample(drafter_class=AdaptiveDrafter, seed: int = 17) -> tuple[list[Counter
     sub = _eagle(target, seed=4, n_sub=4).model
     counts, ks, drafters = [Counter(), Counter()], Counter(), []
     g = torch.Generator().manual_seed(seed)
-    for cost in (StepCosts.linear(1.0, 2.0, 0.2, 0.2, overhead=0.2, catch_up=0.1),
-                 StepCosts.linear(1.0, 1.2, 0.05, 0.05, overhead=0.02, catch_up=0.1)):
+    # the steep costs (made-up units) alone decide; the flat ones are corrected by the run's own step times
+    for cost, measure in ((StepCosts.linear(1.0, 2.0, 0.2, 0.2, overhead=0.2, catch_up=0.1), False),
+                          (StepCosts.linear(1.0, 1.2, 0.05, 0.05, overhead=0.02, catch_up=0.1), True)):
         hybrid = HybridDrafter(EagleDrafter(sub, add_prompt_tokens=False), min_tokens=1, lookup_k=4)
-        drafter = drafter_class(hybrid, cost, 3, probe_every=2)
+        drafter = drafter_class(hybrid, cost, 3, probe_every=2, measure=measure)
         for i in range(120):
             batch = [[_A] * 40, [_A] * 10 + [_B] * 30, [_B] * 40][i % 3]
             out, _ = speculative_generate(target, drafter, batch, 4, k=3, temperature=1.0, generator=g)
@@ -273,18 +274,19 @@ def test_measure_step_costs_on_tiny_models():
     assert costs.plain_step >= costs.verify[0]  # a whole plain step of the loop: never below the forward it runs
 
 
-def test_the_measured_check_starts_from_a_whole_plain_step():
-    """The draft's steps are timed start to start, the engine's loop included: the plain rate they are checked
-    against starts from a plain step timed the same way (``StepCosts.plain_step``), not from the bare forward T(1),
-    which would favour plain steps by the loop's own work."""
+def test_measured_factors_start_from_a_whole_plain_step():
+    """Every step is timed start to start, the engine's loop included: plain steps' measured factor starts from a
+    plain step timed the same way over the bare forward (``StepCosts.plain_step / T(1)``), not from 1, which would
+    favour plain steps by the loop's own work."""
     from specdec_lesson.drafters.adaptive_policy import StepCosts
 
     target = tiny_llama(vocab_size=64, seed=0, dtype=torch.float32)
     drafter = _eagle(target, dtype=torch.float32, n_sub=40)
     loop = AdaptiveDrafter(drafter, StepCosts((0.010, 0.011), 0.001, 0.001, plain_step=0.012), 2)
-    assert loop.rates.rate("plain") == pytest.approx(1 / 0.012)
+    assert loop.times.factor("plain") == pytest.approx(1.2) and loop.policy.scale["plain"] == pytest.approx(1.2)
+    assert loop.times.factor("model") == 1.0
     bare = AdaptiveDrafter(drafter, StepCosts((0.010, 0.011), 0.001, 0.001), 2)  # unmeasured: T(1)
-    assert bare.rates.rate("plain") == pytest.approx(1 / 0.010)
+    assert bare.times.factor("plain") == pytest.approx(1.0)
 
 
 def test_bench_entry_runs_and_matches_plain_greedy():
@@ -317,24 +319,57 @@ def test_demo_prints_what_the_policy_chose(monkeypatch, capsys):
     assert out.count("greedy outputs identical: True") == 9  # three runs per prompt
 
 
-def test_step_rates_switch_drafting_off_only_when_measured_slower():
-    from specdec_lesson.drafters.adaptive import StepRates
+def test_step_times_correct_the_cost_model_per_kind_of_step():
+    """Measured over predicted seconds, per kind of step, forgetting at each step of the same kind: a host slower for
+    every kind alike changes no decision; drafting steps slower than modelled make plain steps win."""
+    from specdec_lesson.drafters.adaptive import StepTimes
 
-    r = StepRates(t1=0.030)  # plain steps start at 1 token per 30 ms
-    for _ in range(2):
-        r.add("model", 1.0, 0.040)  # drafting steps that emit 1 token in 40 ms
-    assert not r.drafting_loses()  # too few steps of its own yet (a decayed count of 1.95 < 3)
-    r.add("model", 1.0, 0.040)
-    r.add("model", 1.0, 0.040)
-    assert r.drafting_loses() and r.rate("model") < r.rate("plain")
+    r = StepTimes()
+    assert r.factors() == {"plain": 1.0, "model": 1.0, "lookup": 1.0}  # the prior: the model is right
+    for _ in range(30):
+        r.add("model", 0.030, 0.020)  # drafting steps take 1.5x what the model says
+    assert r.factor("model") == pytest.approx(1.5, abs=0.05) and r.factor("plain") == 1.0
+    r.add("plain", 100.0, 0.015)  # one step descheduled for 100 s: clipped at 3x, and forgotten step by step
+    assert r.factor("plain") == pytest.approx((0.9 * 2 + 3) / (0.9 * 2 + 1))
     for _ in range(40):
-        r.add("model", 2.0, 0.040)  # the draft now pays: 2 tokens per 40 ms beat 1 per 30 ms
-    assert not r.drafting_loses()
-    for _ in range(40):
-        r.add("plain", 1.0, 0.015)  # plain steps measured faster than the probe said
-    assert not r.drafting_loses()  # 40 steps without the draft: its evidence is stale, the check falls silent
-    r.add("model", 2.0, 0.040)
-    assert r.drafting_loses()  # a fresh draft step: 50 tokens/s against the plain steps measured (67 tokens/s)
+        r.add("plain", 0.015, 0.015)
+    assert r.factor("plain") == pytest.approx(1.0, abs=0.01)
+    r.add("lookup", 0.0, 0.015)  # an unmeasured step changes nothing
+    assert r.factor("lookup") == 1.0
+
+
+def test_policy_scales_each_kind_of_step_by_its_measured_factor():
+    """The same acceptance and costs: drafting pays at factors 1 / 1, not once drafting steps are measured 1.6x
+    slower than modelled, and again when plain steps are measured as slow as that too (the host slowed down)."""
+    from specdec_lesson.drafters.adaptive_policy import SpeculationPolicy
+
+    pol = SpeculationPolicy(StepCosts.linear(0.010, 1.5, 0.001, 0.001), 3, prior_mean=0.5, probe_every=100)
+    assert pol.start(3, ["draft"]) > 0
+    pol.finish(0, [0])
+    pol.scale = {"plain": 1.0, "model": 1.6, "lookup": 1.0}
+    assert pol.start(3, ["draft"]) == 0
+    pol.finish(0, [0])
+    pol.scale = {"plain": 1.6, "model": 1.6, "lookup": 1.0}
+    assert pol.start(3, ["draft"]) > 0
+
+
+def test_adaptive_drafter_feeds_each_step_time_to_its_kind(monkeypatch):
+    """Each finished step's wall time goes to the factor of its kind, against the cost model's prediction for the
+    step as it ran (planted: every step booked as plain, caught)."""
+    from specdec_lesson.drafters import adaptive as A
+
+    target = tiny_llama(vocab_size=64, seed=0, dtype=torch.float32)
+    seen = []
+    orig = A.StepTimes.add
+    monkeypatch.setattr(A.StepTimes, "add", lambda self, kind, m, p: (seen.append((kind, p)), orig(self, kind, m, p)))
+    drafter = AdaptiveDrafter(_eagle(target, dtype=torch.float32, n_sub=40),
+                              StepCosts.linear(0.010, 1.2, 0.001, 0.001, overhead=0.0005, catch_up=0.001), 3, probe_every=4)
+    speculative_generate(target, drafter, [PROMPTS[0]], 40, k=3)
+    kinds = {k for k, _ in seen}
+    assert "model" in kinds and all(p > 0 for _, p in seen)
+    assert all(p == pytest.approx(0.010) for k, p in seen if k == "plain")  # a plain step: T(1) predicted
+    assert all(p > 0.010 for k, p in seen if k == "model")
+    assert drafter.policy.scale == drafter.times.factors()
 
 
 def test_lookup_steps_do_not_put_off_the_probe():
@@ -356,18 +391,3 @@ def test_lookup_steps_do_not_put_off_the_probe():
     assert sum(forced) >= 2  # a probe after every 3 steps without the draft model
 
 
-def test_a_switch_off_lapses_when_the_draft_stops_running():
-    """Seen on 2026-12-07: a math prompt locked its draft out for good after a bad stretch (32 of 55 steps plain,
-    the draft's rate frozen at 48 tokens/s), because the draft's evidence only changed on its own steps, which the
-    switch-off had stopped."""
-    from specdec_lesson.drafters.adaptive import StepRates
-
-    r = StepRates(t1=0.015)
-    for _ in range(4):
-        r.add("model", 1.0, 0.025)  # a bad stretch: 40 tokens/s against plain 67
-    assert r.drafting_loses()
-    lapsed = 0
-    while r.drafting_loses() and lapsed < 100:  # plain steps only, as after the switch-off
-        r.add("plain", 1.0, 0.015)
-        lapsed += 1
-    assert lapsed <= 8

@@ -13,9 +13,9 @@ draft's confidence and the measured :class:`~.adaptive_policy.StepCosts`); this 
   the same rule cuts the proposal, reading only the laws q, never the drawn tokens' values;
 * a ``HybridDrafter`` is unpacked: its lookup proposes (free, one-hot) where every row's history repeats, the
   policy choosing how many of the lookup's tokens to verify; mixed rows take the lookup's tokens as it does;
-* a measured check (:class:`StepRates`): the policy's cost model predicts, the run's own wall-clock times decide;
-  when the steps that ran the draft emitted fewer tokens per second than plain steps, the draft is left alone
-  (until the next probe) whatever the prediction says;
+* measured costs (:class:`StepTimes`): the cost model predicts each step's seconds, the run's own wall-clock times
+  correct it, per kind of step (plain, with the draft model, lookup), so a host whose speed shifted since the
+  probe, or a loop slower than the parts measured alone, changes what pays;
 * exploration: a probe (one draft) after the policy's ``probe_every`` plain steps in a row.  Keeping the draft's
   confidence live during plain steps would cost one draft forward per step (1-3 ms against a 50 ms target step
   on the default pair, 2-6%): more than a periodic probe whose worst case is held under 2% of the plain time.
@@ -36,47 +36,51 @@ from ..sampling import SamplingConfig
 from .adaptive_policy import SpeculationPolicy, StepCosts
 from .base import Drafter
 
-__all__ = ["AdaptiveDrafter", "StepRates", "measure_step_costs"]
+__all__ = ["AdaptiveDrafter", "StepTimes", "measure_step_costs"]
 
 
-class StepRates:
-    """Tokens per second measured on the run's own steps, for steps that ran the draft model and for plain steps
-    (sums decayed by ``decay`` at each step of the same group).  The cost model predicts; this checks: when the
-    steps that consult the draft emit fewer tokens per second than plain steps, drafting is switched off whatever
-    the model says (the check is made of past steps' wall-clock times, so the output law stays the target's).  The
-    plain rate starts from a measured plain step (``prior_steps`` steps of it); the draft's needs ``min_steps``
-    steps.  The draft's evidence goes stale: after ``stale_after`` steps in a row without it the check falls silent
-    (the cost model, with its acceptance estimates, decides again), so one bad stretch early in a run never locks
-    the draft out of the rest, as a switch-off that stops the draft's own steps otherwise would."""
+class StepTimes:
+    """How the run's steps cost against the cost model: per kind of step (``plain``, ``model``: the draft model ran,
+    ``lookup``: free proposals) the measured seconds over the predicted ones, as a ratio of sums discounted by
+    ``decay`` at each step of the same kind, starting from ``prior[kind]`` (1: the model is right) with weight
+    ``prior_steps``.  The policy multiplies its predicted seconds by these factors, so a cost model that is wrong
+    for this run (a host whose speed shifted since the probe, a draft or a catch-up slower in the loop than alone)
+    is corrected from the run's own wall-clock times, while acceptance is learned from the text: the two are
+    never mixed (a check of tokens per second would compare the draft's steps on one stretch of text with plain
+    steps on another).  Every factor depends on past steps only, so the output law stays the target's."""
 
-    def __init__(self, t1: float, decay: float = 0.95, prior_steps: float = 2.0, min_steps: float = 3.0,
-                 stale_after: int = 8) -> None:
-        self.decay, self.min_steps, self.stale_after = decay, min_steps, stale_after
-        self.without_model = 0  # steps in a row that did not run the draft model
-        self.sums = {"model": [0.0, 0.0, 0.0], "plain": [prior_steps, prior_steps * t1, prior_steps]}  # tokens, s, steps
+    KINDS = ("plain", "model", "lookup")
 
-    def add(self, group: str, tokens: float, seconds: float) -> None:
-        g = self.sums[group]  # each group forgets at its own pace: its rate is that of its own recent steps
-        g[:] = [v * self.decay for v in g]
-        g[0], g[1], g[2] = g[0] + tokens, g[1] + seconds, g[2] + 1.0
-        self.without_model = 0 if group == "model" else self.without_model + 1
+    def __init__(self, prior: dict[str, float] | None = None, decay: float = 0.9, prior_steps: float = 2.0) -> None:
+        self.decay = decay
+        start = {kind: 1.0 for kind in self.KINDS} | dict(prior or {})
+        self.sums = {kind: [prior_steps * start[kind], prior_steps] for kind in self.KINDS}  # measured, predicted
 
-    def rate(self, group: str) -> float:
-        tok, sec, _ = self.sums[group]
-        return tok / sec if sec > 0 else 0.0
+    def add(self, kind: str, measured: float, predicted: float) -> None:
+        """One step of ``kind``: ``measured`` seconds (start to start) against ``predicted`` by the cost model."""
+        if predicted <= 0 or measured <= 0:
+            return
+        g = self.sums[kind]
+        r = min(max(measured / predicted, 1 / 3), 3.0)  # a step descheduled for a second must not rule the run
+        g[:] = [g[0] * self.decay + r, g[1] * self.decay + 1.0]
 
-    def drafting_loses(self) -> bool:
-        fresh = self.without_model < self.stale_after
-        return fresh and self.sums["model"][2] >= self.min_steps and self.rate("model") < self.rate("plain")
+    def factor(self, kind: str) -> float:
+        m, p = self.sums[kind]
+        return m / p
+
+    def factors(self) -> dict[str, float]:
+        return {kind: self.factor(kind) for kind in self.KINDS}
 
 
 class AdaptiveDrafter(Drafter):
     """``inner`` (any Drafter; a ``HybridDrafter`` is unpacked into its model and lookup) with K chosen per step in
     0..``k_max`` (lookup steps up to the hybrid's ``lookup_k``) by a :class:`SpeculationPolicy` on ``costs``.  The
-    engine's ``k`` is ignored: ``k_max`` rules.  ``policy_kw`` go to the policy (prior, decay, probe_every, ...).
+    engine's ``k`` is ignored: ``k_max`` rules.  ``measure``: correct the costs by the run's step times
+    (:class:`StepTimes`; False: the cost model alone, e.g. costs in made-up units).  ``policy_kw`` go to the policy
+    (prior, decay, probe_every, ...).
     The learned acceptance persists across generations of the same drafter."""
 
-    def __init__(self, inner: Drafter, costs: StepCosts, k_max: int, **policy_kw) -> None:
+    def __init__(self, inner: Drafter, costs: StepCosts, k_max: int, *, measure: bool = True, **policy_kw) -> None:
         from .hybrid import HybridDrafter
 
         if not isinstance(inner, Drafter):
@@ -96,10 +100,12 @@ class AdaptiveDrafter(Drafter):
         self.default_k = self.k_max
         self.kinds: Counter = Counter()  # steps per kind: plain, probe, draft, lookup
         self.catch_ups = 0  # forwards feeding the draft what it skipped
-        # measured tokens/s of steps with and without the draft model; the plain rate starts from a whole plain step of
-        # the engine's loop (timed start to start, as the draft's steps are), T(1) when that was not measured
-        self.rates = StepRates(costs.plain_step or costs.T(1))
-        self._open: tuple[str, float, float] | None = None  # the step in progress: (group, start time, tokens)
+        # measured over predicted seconds per kind of step; a plain step starts from a whole plain step of the
+        # engine's loop (timed start to start, as every step is) over the bare forward T(1) the model predicts
+        self.measure = bool(measure)
+        self.times = StepTimes({"plain": (costs.plain_step or costs.T(1)) / costs.T(1)})
+        self.policy.scale = self.times.factors()
+        self._open: tuple[str, float, float] | None = None  # the step in progress: (kind, start time, predicted s)
 
     @property
     def forwards(self) -> int:  # draft model forwards
@@ -126,9 +132,10 @@ class AdaptiveDrafter(Drafter):
     @torch.inference_mode()
     def propose_within(self, k: int, limit: int, sampling: SamplingConfig, generator: torch.Generator | None):
         now = time.perf_counter()
-        if self._open is not None and self._open[0] in self.rates.sums:  # the last step, start to start
-            self.rates.add(self._open[0], self._open[2], now - self._open[1])
-        self._open, self._forwards0 = ("lookup", now, 0.0), self.model.forwards
+        if self.measure and self._open is not None and self._open[2] > 0:  # the last step, start to start
+            self.times.add(self._open[0], now - self._open[1], self._open[2])
+            self.policy.scale = self.times.factors()
+        self._open = ("lookup", now, 0.0)
         B, kcap = len(self.history), min(self.k_max, limit)
         found: list[list[int]] = [[] for _ in range(B)]
         if self.lookup is not None:
@@ -143,11 +150,6 @@ class AdaptiveDrafter(Drafter):
                                      device=self.device).reshape(B, K)  # [B, K] deterministic: q is one-hot
             return self.last, None
         plan = self.policy.start(kcap, self.sources)
-        if plan and not self.policy.cur.forced and self.policy.plain_streak + 1 < self.policy.probe_every \
-                and self.rates.drafting_loses():  # measured: the draft's steps are slower than plain ones
-            plan = self.policy.cur.plan = 0
-            self.policy.cur.note += (f"; measured: steps with the draft {self.rates.rate('model'):.1f} tokens/s, "
-                                     f"plain steps {self.rates.rate('plain'):.1f}: plain")
         if plan == 0:
             self.kind = "plain"
             if not self.defers:  # the draft keeps its state only by drafting: one token, never proposed
@@ -214,9 +216,8 @@ class AdaptiveDrafter(Drafter):
         K = self.last.shape[1]
         self.kinds[self.kind] += 1
         self.policy.finish(K, n)
-        if self._open is not None:  # timed until the next proposal; tokens per row emitted by this step
-            group = "lookup" if self.kind == "lookup" else "plain" if self.model.forwards == self._forwards0 else "model"
-            self._open = (group, self._open[1], sum(n) / len(n) + 1.0)
+        if self._open is not None:  # timed until the next proposal, against what the cost model predicted for it
+            self._open = (self.policy.last_kind, self._open[1], self.policy.last_predicted)
         for b, row in enumerate(self.history):
             row.extend(last[b][:n[b]] + [nxt[b]])
         if self.kind in ("draft", "probe", "shadow") or (K == 0 and not self.defers):

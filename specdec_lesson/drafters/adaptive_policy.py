@@ -38,7 +38,8 @@ class StepCosts:
     the draft's first token ``draft_first`` (a) and each further one ``draft_next`` (b), ``overhead`` per drafting
     step beyond a plain step (the draft's commit, verification), and ``catch_up``: feeding the draft the tokens of
     the plain steps it skipped, paid when drafting resumes.  ``plain_step``: a whole plain step in the engine's loop
-    (T(1) plus the loop's own work; 0: unmeasured, taken as T(1)), what the measured check's plain rate starts from."""
+    (T(1) plus the loop's own work; 0: unmeasured, taken as T(1)): the measured factor of plain steps starts from
+    ``plain_step / T(1)``."""
 
     verify: tuple[float, ...]
     draft_first: float
@@ -183,6 +184,7 @@ class _Step:
     confidences: list[list[float | None]]
     note: str = ""
     stopped: list[tuple[int, str, int, float]] | None = None  # (row, source, depth, predicted alpha): confidence stops
+    stopped_at: int | None = None  # the depth at which drafting stopped before the plan's end
 
 
 class SpeculationPolicy:
@@ -211,6 +213,10 @@ class SpeculationPolicy:
         self.plain_streak, self.behind = 0, False  # steps in a row without the draft; whether it skipped some
         self.log = log
         self.cur: _Step | None = None
+        # measured over predicted seconds per kind of step ("plain", "model", "lookup"; drafters.adaptive.StepTimes):
+        # every predicted step cost is multiplied by its kind's factor
+        self.scale = {"plain": 1.0, "model": 1.0, "lookup": 1.0}
+        self.last_predicted, self.last_kind = 0.0, "plain"  # the finished step: seconds predicted for it as run
 
     def copy(self) -> SpeculationPolicy:
         new = object.__new__(type(self))
@@ -237,15 +243,25 @@ class SpeculationPolicy:
         return total / len(c.sources)
 
     def _seconds(self, j: int, k: int) -> float:
-        """Seconds of a step ending at K = ``k``, decided at depth ``j`` (-1: at the plan, nothing drafted yet).
+        """Seconds of a step ending at K = ``k``, decided at depth ``j`` (-1: at the plan, nothing drafted yet), as
+        the cost model predicts them, times the run's measured factor for that kind of step (``scale``)."""
+        kind, sec = self._predict(j, k)
+        return sec * self.scale[kind]
+
+    def _predict(self, j: int, k: int) -> tuple[str, float]:
+        """``(kind, seconds)`` of a step ending at K = ``k`` decided at depth ``j``, from the cost model alone.
         Stopping at k = j >= 0 has already paid the draft's look at position j+1 (a + b j, and any catch-up)."""
         c, costs = self.cur, self.costs
-        if k == 0 and j < 0 and not self.defers and not c.free_draft:
-            return costs.T(1) + costs.draft_first  # a draft that cannot skip a step drafts a token it never proposes
-        if k > j or j < 0 or c.free_draft:
-            return costs.step(k, resume=c.resume, free_draft=c.free_draft)
+        if c.free_draft:
+            return "lookup", costs.step(k, free_draft=True)
+        if k == 0 and j < 0:
+            if not self.defers:  # a draft that cannot skip a step drafts a token it never proposes
+                return "model", costs.T(1) + costs.draft_first
+            return "plain", costs.T(1)
+        if k > j or j < 0:
+            return "model", costs.step(k, resume=c.resume)
         drafted = (costs.catch_up if c.resume else 0.0) + costs.draft_first + costs.draft_next * j
-        return drafted + costs.T(j + 1) + (costs.overhead if j > 0 else 0.0)
+        return "model", drafted + costs.T(j + 1) + (costs.overhead if j > 0 else 0.0)
 
     def start(self, kcap: int, sources: Sequence[str]) -> int:
         """Plan a step of at most ``kcap`` drafts for rows drafting from ``sources`` ("draft" or "lookup")."""
@@ -294,7 +310,9 @@ class SpeculationPolicy:
                 c.reach[b] *= a
                 c.mean[b] += c.reach[b]
                 c.confidences[b].append(confs[b])
-        elif confidences is not None and any(x is not None for x in confs):
+        else:
+            c.stopped_at = j
+        if not go and confidences is not None and any(x is not None for x in confs):
             rows = enumerate(zip(c.sources, confs, nxt))
             c.stopped = [(b, s, j + 1, a) for b, (s, x, a) in rows if x is not None and s == "draft"]
         if not go and confidences is not None:
@@ -320,6 +338,11 @@ class SpeculationPolicy:
         for s, depth, a in stopped:
             self.stats[s].expect(depth, a)
         free = c.free_draft if c is not None else False
+        if c is not None:  # what the cost model predicted for the step as it ran (StepTimes compares the clock)
+            if c.stopped_at is not None and not free:
+                self.last_kind, self.last_predicted = self._predict(c.stopped_at, c.stopped_at)
+            else:
+                self.last_kind, self.last_predicted = self._predict(-1, proposed)
         # steps in a row without the draft model: a lookup step (no draft forward) teaches the draft's acceptance
         # nothing either, so it must not put the next probe off
         self.plain_streak = self.plain_streak + 1 if proposed == 0 or free else 0
