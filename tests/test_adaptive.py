@@ -391,3 +391,28 @@ def test_lookup_steps_do_not_put_off_the_probe():
     assert sum(forced) >= 2  # a probe after every 3 steps without the draft model
 
 
+
+
+def test_each_finished_step_is_predicted_as_it_ran():
+    """What StepTimes compares the clock with: a plain step T(1), a lookup step a verify over K + 1 with no draft, a
+    lookup step that verified nothing a plain step (planted: booked as lookup, caught), a draft step its draft and
+    verify, a draft stopped by its confidence at depth j the draft's look at j + 1 and a verify over j + 1."""
+    from specdec_lesson.drafters.adaptive_policy import SpeculationPolicy
+
+    costs = StepCosts.linear(0.010, 2.0, 0.002, 0.001, overhead=0.0005)
+    pol = SpeculationPolicy(costs, 3, prior_mean=0.01, probe_every=100, defers=True)
+    assert pol.start(3, ["lookup"]) == 0  # acceptance believed ~0: verify nothing
+    pol.finish(0, [0])
+    assert (pol.last_kind, pol.last_predicted) == ("plain", pytest.approx(costs.T(1)))
+    pol = SpeculationPolicy(costs, 3, prior_mean=0.99, probe_every=100, defers=True)
+    k = pol.start(3, ["lookup"])
+    pol.finish(k, [k])
+    assert k > 0 and (pol.last_kind, pol.last_predicted) == ("lookup", pytest.approx(costs.T(k + 1) + costs.overhead))
+    k = pol.start(3, ["draft"])
+    pol.finish(k, [k])
+    assert (pol.last_kind, pol.last_predicted) == ("model", pytest.approx(costs.step(k)))
+    pol.start(3, ["draft"])
+    assert pol.keep_going(0, [0.9]) and not pol.keep_going(1, [0.001])  # stopped before draft 2: one drafted
+    pol.finish(1, [1])
+    expect = costs.draft_first + costs.draft_next + costs.T(2) + costs.overhead
+    assert (pol.last_kind, pol.last_predicted) == ("model", pytest.approx(expect))

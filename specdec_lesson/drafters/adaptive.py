@@ -229,13 +229,16 @@ class AdaptiveDrafter(Drafter):
                 self.buffer_hidden[b].append(target_hidden[b, :n[b] + 1])  # [n_b + 1, H] at pending, d_1..d_n
 
     def summary(self) -> str:
-        """What the policy chose so far: steps per K and per kind, and the first reason given for K = 0 and K > 0."""
+        """What the policy chose so far: steps per K and per kind, the measured step-time factors, and the first
+        reason given for K = 0 and K > 0."""
         ks = Counter(int(line[2:line.index(":")]) for line in self.decisions)
         head = ", ".join(f"K={k} x{c}" for k, c in sorted(ks.items()))
         kinds = ", ".join(f"{kind} {c}" for kind, c in self.kinds.most_common())
         plain = next((line for line in self.decisions if line.startswith("K=0:")), None)
         drafted = next((line for line in self.decisions if not line.startswith("K=0:")), None)
-        return f"steps {head} ({kinds})" + "".join(f"\n  e.g. {x}" for x in (plain, drafted) if x)
+        measured = ", ".join(f"{kind} {f:.2f}x" for kind, f in self.times.factors().items())
+        return (f"steps {head} ({kinds}); step times over the cost model's: {measured}"
+                + "".join(f"\n  e.g. {x}" for x in (plain, drafted) if x))
 
 
 class _NoDrafts(Drafter):

@@ -252,8 +252,8 @@ class SpeculationPolicy:
         """``(kind, seconds)`` of a step ending at K = ``k`` decided at depth ``j``, from the cost model alone.
         Stopping at k = j >= 0 has already paid the draft's look at position j+1 (a + b j, and any catch-up)."""
         c, costs = self.cur, self.costs
-        if c.free_draft:
-            return "lookup", costs.step(k, free_draft=True)
+        if c.free_draft:  # a lookup step (K = 0 there: a plain step after all)
+            return ("lookup" if k else "plain"), costs.step(k, free_draft=True)
         if k == 0 and j < 0:
             if not self.defers:  # a draft that cannot skip a step drafts a token it never proposes
                 return "model", costs.T(1) + costs.draft_first
