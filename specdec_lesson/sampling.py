@@ -37,19 +37,18 @@ def check_logits(logits: torch.Tensor, model: str | None = None, step: int | Non
     """Raise :class:`NonFiniteLogitsError` unless every row of ``logits [..., V]`` has a finite maximum (no NaN,
     no +inf, not all -inf; -inf entries, masked tokens, are fine).  One reduction and one host sync per call:
     the engines call it once per forward."""
-    if logits.numel() and not bool(torch.isfinite(logits.amax(dim=-1)).all()):  # amax propagates NaN
+    # the row maxima summed in fp64 and read as one number: NaN and +-inf survive the sum (amax propagates NaN),
+    # fp32 maxima cannot overflow it, and one reduction fewer than isfinite().all() (each small CPU operation costs
+    # 10-30 us right after a forward)
+    if logits.numel() and not math.isfinite(logits.amax(dim=-1).sum(dtype=torch.float64).item()):
         raise NonFiniteLogitsError(model, step)
 
 
 def greedy_tokens(logits: torch.Tensor, model: str | None = None, step: int | None = None) -> torch.Tensor:
     """``logits.argmax(-1)`` (the greedy token: the first maximal index, ties to the lowest id) after
-    :func:`check_logits`'s test (every row's maximum finite), in as few tensor operations as the hot loops allow: the
-    row maxima are summed in fp64 and read as one number (NaN and +-inf survive the sum; fp32 maxima cannot overflow
-    it).  Right after a forward, each small CPU operation costs 10-30 us, about what the reductions themselves do."""
-    best = logits.argmax(-1)  # [...]
-    if logits.numel() and not math.isfinite(logits.amax(-1).sum(dtype=torch.float64).item()):
-        raise NonFiniteLogitsError(model, step)
-    return best
+    :func:`check_logits`."""
+    check_logits(logits, model, step)
+    return logits.argmax(-1)  # [...]
 
 
 def check_sampling_args(temperature: float, top_k: int | None, top_p: float | None) -> None:

@@ -172,9 +172,7 @@ def speculative_generate(
         logits, hidden = state.forward(torch.cat([pending, draft_tokens], 1), output_hidden=need_hidden)  # [B, K+1, V]
         stats.target_forwards += 1
         if greedy_fast:  # T = 0: the verification below with one-hot laws, from the argmax alone, on the host
-            host = _greedy_rows(logits, draft_tokens, step)  # [B][2 + K]: accepted, next token, drafts
-            num_accepted = torch.tensor([row[0] for row in host], device=device)  # [B]
-            next_token = torch.tensor([row[1] for row in host], device=device)  # [B]
+            num_accepted, next_token, host = _greedy_verify(logits, draft_tokens, step)  # [B], [B], [B][2 + K]
         else:
             target_probs = sampling.probs(as_float(logits), "target", step)  # [B, K+1, V]; NaN logits raise
             if K == 0:  # nothing proposed: a plain step
@@ -213,28 +211,22 @@ def speculative_generate(
     return out.tensors(device), stats
 
 
-def _greedy_rows(logits: torch.Tensor, draft_tokens: torch.Tensor, step: int) -> list[list[int]]:
+def _greedy_verify(logits: torch.Tensor, draft_tokens: torch.Tensor,
+                   step: int) -> tuple[torch.Tensor, torch.Tensor, list[list[int]]]:
     """``verify_chain`` at T = 0, where p is one-hot on the argmax (ties to the lowest id): draft x passes iff it is
-    the argmax, and the token after the accepted prefix (residual or bonus) is the argmax there.  Returns the step's
-    host rows ``[num_accepted, next_token, *drafts]`` per row, from one transfer of the argmax and the drafts (a
-    handful of list operations instead of five small tensor ones after the forward)."""
-    best = greedy_tokens(logits, "target", step)  # [B, K+1] the first maximal index, as logits_to_probs' one-hot;
-    # NaN logits raise, as sampling.probs would
+    the argmax, and the token after the accepted prefix (residual or bonus) is the argmax there.  Returns
+    ``(num_accepted [B], next_token [B])``, equal to the full verification's (tests/test_speculative.py), and the
+    step's host rows ``[num_accepted, next_token, *drafts]``, all from one transfer of the argmax and the drafts (a
+    few list operations instead of five small tensor ones after the forward)."""
+    best = greedy_tokens(logits, "target", step)  # [B, K+1] the first maximal index; NaN logits raise
     K = draft_tokens.shape[1]
     rows = []
     for row in torch.cat([best, draft_tokens.to(best.dtype)], 1).tolist():  # [B, 2K+1]: argmax, then the drafts
         top, drafts = row[:K + 1], row[K + 1:]
         n = next((j for j in range(K) if drafts[j] != top[j]), K)
         rows.append([n, top[n]] + drafts)
-    return rows
-
-
-def _greedy_verify(logits: torch.Tensor, draft_tokens: torch.Tensor, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`_greedy_rows` as ``(num_accepted [B], next_token [B])``, equal to the full verification's
-    (tests/test_speculative.py)."""
-    rows = _greedy_rows(logits, draft_tokens, step)
     return (torch.tensor([r[0] for r in rows], device=logits.device),
-            torch.tensor([r[1] for r in rows], device=logits.device))
+            torch.tensor([r[1] for r in rows], device=logits.device), rows)
 
 
 def _triton_verify(target_probs, draft_probs, draft_tokens, uniforms, exponentials):

@@ -228,7 +228,8 @@ def test_greedy_fast_verification_equals_the_full_rule():
         q = torch.nn.functional.one_hot(drafts, V).float()  # [B, K, V]
         uni, expo = draw_verify_randoms(B, K, V, generator=g)
         n_ref, nxt_ref = verify_chain_from_randoms(p, q, drafts, uni, expo)
-        n, nxt = _greedy_verify(logits, drafts, trial)
+        n, nxt, host = _greedy_verify(logits, drafts, trial)
+        assert host == [[a, b] + d for a, b, d in zip(n.tolist(), nxt.tolist(), drafts.tolist())]
         assert torch.equal(n, n_ref) and torch.equal(nxt, nxt_ref), (trial, logits, drafts)
     bad = torch.zeros(1, 2, 5)
     bad[0, 1, 2] = float("nan")
