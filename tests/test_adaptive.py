@@ -175,6 +175,22 @@ def test_greedy_equals_target_greedy(inner):
             assert drafter.kinds["plain"] > 0 and drafter.catch_ups > 0  # skipped steps were fed back in one forward
 
 
+def test_draft_reads_the_prompt_only_when_it_first_drafts():
+    """A draft that can catch up reads the prompt (its prefill) at its first drafting step, not at the start: a run
+    that never drafts (text the draft does not know) never pays for it (planted: the prompt read at the start,
+    caught); a run that drafts after plain steps reads it once, before its catch-up, and its output is the target's."""
+    target = tiny_llama(vocab_size=64, seed=0)  # float64
+    alone = autoregressive_generate(target, [PROMPTS[1]], 20)[0][0]
+    for prior, probe, begins in ((1e-6, 10**6, 0), (1e-6, 3, 1)):  # never drafts; plain steps, then probes
+        eagle = _eagle(target, n_sub=40)
+        calls, begin = [], eagle.begin
+        eagle.begin = lambda *a, calls=calls, begin=begin: (calls.append(1), begin(*a))[1]
+        drafter = AdaptiveDrafter(eagle, _costs(), 4, prior_mean=prior, probe_every=probe)
+        out, _ = speculative_generate(target, drafter, [PROMPTS[1]], 20, k=4)
+        assert torch.equal(out[0], alone) and len(calls) == begins
+        assert (drafter.kinds["probe"] > 0) == bool(begins) and (drafter.forwards == 0) == (not begins)
+
+
 _A, _B = [1, 5, 2, 6, 1, 5], [1, 5, 2, 6, 3]  # A ends in a repeated 2-gram (its rows take the lookup), B does not
 
 

@@ -5,7 +5,8 @@ draft's confidence and the measured :class:`~.adaptive_policy.StepCosts`); this 
 
 * a plain step (K = 0) costs exactly a target forward over one token: the draft does nothing.  A draft that
   takes foreign proposals (``EagleDrafter``) is not even fed: the tokens and target features of the plain (and
-  lookup) steps wait in a buffer and are fed in ONE forward when drafting resumes (``catch_up`` in the costs);
+  lookup) steps wait in a buffer and are fed in ONE forward when drafting resumes (``catch_up`` in the costs),
+  and it reads the prompt only when it first drafts, so a run that never drafts never pays the draft's prefill;
   any other draft keeps its state by drafting one token that is never proposed (its cost, ``draft_first``);
 * a draft with a ``keep_drafting`` hook (``EagleDrafter``) drafts one token at a time: before each token is drawn
   the policy sees every row's confidence (the top probability of the draft's law there) and stops when the next
@@ -112,7 +113,11 @@ class AdaptiveDrafter(Drafter):
         return self.model.forwards
 
     def begin(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, target_hidden: torch.Tensor | None) -> None:
-        self.model.begin(prompt_ids, prompt_mask, target_hidden)
+        # a draft that can catch up (``defers``) reads the prompt when it first drafts: a run that never drafts
+        # (text the draft does not know) never pays the draft's prefill
+        self.deferred = (prompt_ids, prompt_mask, None if target_hidden is None else target_hidden.clone())
+        if not self.defers:
+            self._begin_model()
         self.device = prompt_ids.device
         self.history = [[t for t, m in zip(row, mrow) if m] for row, mrow in zip(prompt_ids.tolist(), prompt_mask.tolist())]
         self.buffer: list[list[int]] = [[] for _ in self.history]  # tokens the draft has not been fed (plain steps)
@@ -192,8 +197,22 @@ class AdaptiveDrafter(Drafter):
             self.model.propose_foreign(tokens[:, :K])
         return tokens[:, :K], None if probs is None else probs[:, :K]
 
+    def _begin_model(self) -> None:
+        """The draft reads the prompt (its prefill); the seconds it took are left out of the step being timed, which
+        the cost model does not charge for them."""
+        if self.deferred is None:
+            return
+        t0 = time.perf_counter()
+        self.model.begin(*self.deferred)
+        self.deferred = None
+        if self._open is not None:
+            kind, start, predicted = self._open
+            self._open = (kind, start + time.perf_counter() - t0, predicted)
+
     def _catch_up(self) -> None:
-        """Feed the draft the tokens (and target features) of the steps it skipped, in one forward."""
+        """Feed the draft the prompt if it has not read it yet, then the tokens (and target features) of the steps it
+        skipped, in one forward."""
+        self._begin_model()
         if not any(self.buffer):
             return
         m = [len(x) for x in self.buffer]  # >= 1 each: every step commits at least one token per row
