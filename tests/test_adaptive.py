@@ -407,8 +407,6 @@ def test_lookup_steps_do_not_put_off_the_probe():
     assert sum(forced) >= 2  # a probe after every 3 steps without the draft model
 
 
-
-
 def test_each_finished_step_is_predicted_as_it_ran():
     """What StepTimes compares the clock with: a plain step T(1), a lookup step a verify over K + 1 with no draft, a
     lookup step that verified nothing a plain step (planted: booked as lookup, caught), a draft step its draft and

@@ -115,7 +115,7 @@ class AdaptiveDrafter(Drafter):
     def begin(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, target_hidden: torch.Tensor | None) -> None:
         # a draft that can catch up (``defers``) reads the prompt when it first drafts: a run that never drafts
         # (text the draft does not know) never pays the draft's prefill
-        self.deferred = (prompt_ids, prompt_mask, None if target_hidden is None else target_hidden.clone())
+        self.deferred = (prompt_ids, prompt_mask, target_hidden)  # the forwards' outputs are fresh tensors, as buffered
         if not self.defers:
             self._begin_model()
         self.device = prompt_ids.device
