@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from specdec_lesson.distill import mixture
-from specdec_lesson.distill.chat_prompts import all_topics, templated_chat_prompts
+from specdec_lesson.distill.chat_prompts import CHAT_SETS, all_topics, templated_chat_prompts
 from specdec_lesson.distill.magpie import clean_question, sample_user_turns, user_turn_prefix
 from specdec_lesson.distill.overlap import NearDuplicateIndex, content, heldout_texts, normalise
 from specdec_lesson.drafters.suffix import KINDS, load_answer_corpus
@@ -91,7 +91,7 @@ def test_a_later_seed_asks_new_questions_with_its_own_shares_and_stops_if_the_ea
 
     monkeypatch.setattr(mixture, "_answer", record)
     small = [("chat", f"Tell me about item {j}.") for j in range(60)]  # a small pool: seed 0 uses a good part of it
-    monkeypatch.setattr(mixture, "templated_chat_prompts", lambda seed: random.Random(seed).sample(small, len(small)))
+    monkeypatch.setattr(mixture, "templated_chat_prompts", lambda seed, chat_set=1: random.Random(seed).sample(small, len(small)))
     mixture._templated.cache_clear()
     monkeypatch.setattr(mixture, "_templated", mixture._templated.__wrapped__)
     mixture.run_mix(tmp_path, 0, 3, **FAST)
@@ -112,6 +112,36 @@ def test_a_later_seed_asks_new_questions_with_its_own_shares_and_stops_if_the_ea
         mixture.run_mix(tmp_path, 1, 4, **FAST, shares=shares)
     with pytest.raises(ValueError, match=r"must each lie in \[0, 1\] and sum to 1"):
         mixture.run_mix(tmp_path, 2, 1, **FAST, shares=dict(shares, math=0.5))
+
+
+def test_the_second_chat_set_is_new_and_a_seed_that_uses_it_records_it(tmp_path, monkeypatch):
+    """Set 2 (distill.chat_prompts2) shares no prompt and no subject with set 1; a seed made with it asks only its
+    prompts, records ``chat_set`` (set 1's shards, like the committed seeds 0-2, carry none), and a resume with the
+    other set stops before any work, naming it."""
+    one, two = templated_chat_prompts(0), templated_chat_prompts(0, 2)
+    assert two == templated_chat_prompts(0, 2) != templated_chat_prompts(1, 2)
+    assert len({t for _, t in two}) == len(two) > 4000
+    assert not {t for _, t in one} & {t for _, t in two}
+    topics = [{t if isinstance(t, str) else t[0] for _, ts, _ in CHAT_SETS[s].values() for t in ts} for s in (1, 2)]
+    assert not topics[0] & topics[1]
+    asked: list[tuple[str, str]] = []
+    real = mixture._answer
+    monkeypatch.setattr(mixture, "_answer", lambda model, tok, items, *a: asked.extend(items) or real(model, tok, items, *a))
+    with pytest.raises(ValueError, match="chat set 3 does not exist: choose one of"):
+        mixture.run_mix(tmp_path, 0, 1, **FAST, chat_set=3)
+    mixture.run_mix(tmp_path, 0, 1, **FAST)
+    assert all(t in {t for _, t in one} for k, t in asked if k == "chat")
+    asked.clear()
+    mixture.run_mix(tmp_path, 1, 2, **FAST, chat_set=2)
+    assert "chat_set" not in load_answer_corpus(mixture.shard_path(tmp_path, 0, 0))[1]
+    chat = [t for k, t in asked if k == "chat"]
+    assert len(chat) >= 2 * 5 and set(chat) <= {t for _, t in two}
+    for i in range(2):
+        meta = load_answer_corpus(mixture.shard_path(tmp_path, 1, i))[1]
+        assert meta["chat_set"] == 2 and meta["chat_prompts_left"] == len(two)
+    assert mixture._chat_pool(1, mixture._earlier_seeds(tmp_path, 1)[1], chat_set=2)[:3] == chat[:3]
+    with pytest.raises(ValueError, match=r"mix_1_000\.npz was made with other settings \(chat_set=2 \(now 1\)\)"):
+        mixture.run_mix(tmp_path, 1, 3, **FAST)
 
 
 def test_mix_command_line(tmp_path, capsys):
@@ -219,7 +249,7 @@ def test_every_training_prompt_is_disjoint_from_every_held_out_prompt():
             meta = load_answer_corpus(path)[1]
             train += math_train_questions(meta["n_math"], meta["seed"])
     train += [u + "\n" + a for u, a in code_corpus(100_000, 0)]  # the teacher-forced corpus (functions and methods)
-    train += [t for _, t in templated_chat_prompts(0)]  # every seed's chat prompts (in another order)
+    train += [t for s in CHAT_SETS for _, t in templated_chat_prompts(0, s)]  # every seed's (in another order)
     n_math: dict[int, int] = {}  # per seed of the committed shards: the math questions its shards used
     for path in mixture.mixture_files():
         meta = load_answer_corpus(path)[1]

@@ -4,7 +4,9 @@ The shipped draft learned from code and math only, and accepts about 0.13 of its
 module writes general chat requests (explanations, how-to, science, history, writing, rewriting, lists,
 summaries, advice, comparisons, definitions) by crossing, per category, a few phrasings with a list of topics,
 and some phrasings with a closing request (audience, length, format).  ``templated_chat_prompts(seed)`` is every
-combination once, in an order fixed by the seed (6923 distinct prompts).
+combination once, in an order fixed by the seed (6923 distinct prompts).  ``templated_chat_prompts(seed, 2)`` is
+the second set (``distill.chat_prompts2``: other subjects, other phrasings), made when the mixture's first two
+seeds had used the first up.
 
 The benchmark's held-out chat prompts (``bench.chat``) are on other subjects: no topic here appears in one, and no
 prompt here nearly repeats one (``tests/test_mixture.py``, with ``distill.overlap``).
@@ -14,7 +16,9 @@ from __future__ import annotations
 
 import random
 
-__all__ = ["CATEGORIES", "CLOSERS", "LIGHT_CLOSERS", "templated_chat_prompts", "all_topics"]
+from .chat_prompts2 import CATEGORIES_2
+
+__all__ = ["CATEGORIES", "CHAT_SETS", "CLOSERS", "LIGHT_CLOSERS", "templated_chat_prompts", "all_topics"]
 
 _SCIENCE = ("photosynthesis", "plate tectonics", "the water cycle", "black holes", "vaccines and the immune system",
             "static electricity", "the greenhouse effect", "DNA replication", "ocean tides", "rainbows",
@@ -126,12 +130,16 @@ CATEGORIES: dict[str, tuple[tuple[str, ...], tuple, tuple[str, ...]]] = {
 }
 
 
+CHAT_SETS = {1: CATEGORIES, 2: CATEGORIES_2}  # a set, once a shard used it, never changes
+
+
 def all_topics() -> list[str]:
-    """Every topic string of every category (a comparison counts as its two items)."""
+    """Every topic string of every category of every set (a comparison counts as its two items)."""
     out: list[str] = []
-    for _, topics, _ in CATEGORIES.values():
-        for t in topics:
-            out += list(t) if isinstance(t, tuple) else [t]
+    for categories in CHAT_SETS.values():
+        for _, topics, _ in categories.values():
+            for t in topics:
+                out += list(t) if isinstance(t, tuple) else [t]
     return out
 
 
@@ -141,12 +149,15 @@ def _render(phrase: str, topic) -> str:
     return text[0].upper() + text[1:]
 
 
-def templated_chat_prompts(seed: int) -> list[tuple[str, str]]:
-    """[(category, user text)]: every combination of phrasing, topic and closer once, distinct, in an order fixed by
-    ``seed`` (``random.Random(f"specdec-mix-chat-{seed}")``)."""
+def templated_chat_prompts(seed: int, chat_set: int = 1) -> list[tuple[str, str]]:
+    """[(category, user text)]: every combination of phrasing, topic and closer of ``CHAT_SETS[chat_set]`` once,
+    distinct, in an order fixed by ``seed`` (``random.Random(f"specdec-mix-chat-{seed}")``, the set's number added
+    from the second on)."""
+    if chat_set not in CHAT_SETS:
+        raise ValueError(f"chat set {chat_set!r} does not exist: choose one of {sorted(CHAT_SETS)}")
     seen: set[str] = set()
     out: list[tuple[str, str]] = []
-    for name, (phrases, topics, closers) in CATEGORIES.items():
+    for name, (phrases, topics, closers) in CHAT_SETS[chat_set].items():
         for phrase in phrases:
             for topic in topics:
                 for closer in closers:
@@ -154,5 +165,5 @@ def templated_chat_prompts(seed: int) -> list[tuple[str, str]]:
                     if text not in seen:
                         seen.add(text)
                         out.append((name, text))
-    random.Random(f"specdec-mix-chat-{seed}").shuffle(out)
+    random.Random(f"specdec-mix-chat-{seed}" + (f"-set{chat_set}" if chat_set > 1 else "")).shuffle(out)
     return out

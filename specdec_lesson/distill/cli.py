@@ -19,8 +19,7 @@ mix      the target's answers (greedy, 1 in 3 at T=0.7) to a mixture of template
          and math prompts, as token ids in shards ``specdec_lesson/data/mixture/mix_<seed>_<nnn>.npz``
          (``distill.mixture``); resumable, deterministic from ``--seed``, finished shards never overwritten.
 
-How each stage of the shipped draft was made: stages 1-2 in ``distill.train``'s docstring, stages 3-7 (stage 7
-shipped) in ``distill.mixture``'s.
+How each stage of the shipped draft (stage 7) was made: stages 1-2 in ``distill.train``'s docstring, 3-7 in mixture's.
 Every file is written to a temporary name and renamed when complete (``atomic_save``), so an
 interrupted run never leaves a shard or checkpoint that passes for complete; rerunning the same
 command resumes: ``gen`` skips finished shards, ``train`` restarts from the last checkpoint (model,
@@ -56,6 +55,7 @@ from pathlib import Path
 import torch
 
 from ..cli_args import OneLineParser, UsageError, check_float, check_int, check_seed, check_threads, check_writable_dir
+from .chat_prompts import CHAT_SETS
 from .teacher import run_corpus, run_gen, shard_paths
 from .train import run_train
 
@@ -147,6 +147,8 @@ def _parser() -> OneLineParser:
     m.add_argument("--max-new", type=int, default=192)
     m.add_argument("--shares", default=None, help="the kinds' proportions, e.g. chat=0.25,magpie=0.45,code=0.18,math=0.12 "
                    "(default: distill.mixture.SHARES); recorded in each shard, so a resume must give the same")
+    m.add_argument("--chat-set", type=int, default=1, choices=sorted(CHAT_SETS), help="the templated chat prompts: "
+                   "set 1 (distill.chat_prompts; seeds 0, 1 used it up) or 2 (chat_prompts2); recorded from 2 on")
     r = sub.add_parser("resubset", help="re-head the shipped draft over the N most frequent reply tokens of the answers")
     r.add_argument("--n-sub", type=int, required=True, help="size of the new output subset")
     r.add_argument("--heldout", type=Path, default=None, help="held-out set (distill heldout) to rescore alpha on")
@@ -380,7 +382,7 @@ def _run(a) -> None:
         from .mixture import run_mix
 
         print(json.dumps(run_mix(a.out, a.seed, a.shards, a.shard_size, a.batch, a.max_new, fast=a.fast,
-                                 shares=a.shares)))
+                                 shares=a.shares, chat_set=a.chat_set)))
     elif a.cmd == "export-vllm":
         from ..models import load_default_target
         from .export_vllm import ARCH, default_export_dir, export_vllm

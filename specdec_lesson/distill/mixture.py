@@ -4,7 +4,8 @@ Each shard ``mix_<seed>_<nnn>.npz`` holds ``shard_size`` answers (prompt and rep
 files, so ``drafters.suffix.load_answer_corpus`` and ``distill features --answers`` read it) to a mixture of (default
 shares, ``SHARES``):
 
-* ``chat``: templated chat requests (``distill.chat_prompts``: topics crossed with task templates), 45%;
+* ``chat``: templated chat requests (``distill.chat_prompts``: topics crossed with task templates; ``--chat-set 2``
+  takes the second set, ``distill.chat_prompts2``, with other subjects and phrasings), 45%;
 * ``magpie``: questions the target writes itself after its chat template's user-turn prefix (``distill.magpie``),
   sampled at the start of the shard, filtered, deduplicated against earlier shards (of this and lower seeds) and every
   held-out evaluation prompt, near-duplicates included (``distill.overlap``), 25% (a shortfall is filled with
@@ -86,7 +87,7 @@ import torch
 
 from ..drafters.suffix import ANSWERS_FORMAT, load_answer_corpus
 from .answers import _save
-from .chat_prompts import templated_chat_prompts
+from .chat_prompts import CHAT_SETS, templated_chat_prompts
 from .data import MATH_TEMPLATE, chat_text, humaneval_train_prompts, math_train_questions, training_prompts
 from .magpie import MAGPIE_SETTINGS, clean_question, sample_user_turns, user_turn_prefix
 from .overlap import NearDuplicateIndex, content, heldout_texts
@@ -154,20 +155,21 @@ class _ByteTokenizer:
 
 
 @lru_cache(maxsize=8)
-def _templated(seed: int) -> tuple[str, ...]:
-    return tuple(t for _, t in templated_chat_prompts(seed))
+def _templated(seed: int, chat_set: int = 1) -> tuple[str, ...]:
+    return tuple(t for _, t in templated_chat_prompts(seed, chat_set))
 
 
-def _chat_pool(seed: int, earlier: list[dict], after: dict[str, int] | None = None) -> list[str]:
-    """The seed's templated chat prompts, less those that ``earlier`` shards of lower seeds answered (with ``after``,
-    only seed s's first ``after[s]`` shards: the ones there when a shard of ``seed`` was made)."""
+def _chat_pool(seed: int, earlier: list[dict], after: dict[str, int] | None = None, chat_set: int = 1) -> list[str]:
+    """The seed's templated chat prompts (of ``chat_set``), less those that ``earlier`` shards of lower seeds answered
+    (with ``after``, only seed s's first ``after[s]`` shards: the ones there when a shard of ``seed`` was made)."""
     keep = [m for m in earlier if m["seed"] < seed and (after is None or m["shard"] < after.get(str(m["seed"]), 0))]
     used: set[str] = set()
     for m in keep:  # each earlier shard's own pool, recomputed the same way
         counts = shard_counts(m["shard_size"], m.get("shares"))
-        pool = _chat_pool(m["seed"], keep, m.get("after", {}))
+        pool = _chat_pool(m["seed"], keep, m.get("after", {}), m.get("chat_set", 1))
         used.update(_chat_slice(pool, m["shard"], counts, len(m["magpie_questions"]), m["mixture"]))
-    return [t for t in _templated(seed) if t not in used] or list(_templated(seed))  # all used: start again
+    mine = _templated(seed, chat_set)
+    return [t for t in mine if t not in used] or list(mine)  # all used: start again
 
 
 def _earlier_seeds(out: Path, seed: int) -> tuple[dict[str, int], list[dict]]:
@@ -181,7 +183,7 @@ def _earlier_seeds(out: Path, seed: int) -> tuple[dict[str, int], list[dict]]:
     return dict(sorted(after.items())), metas
 
 
-def _pools(seed: int, fast: bool, earlier: list[dict] = ()) -> dict[str, list[str]]:
+def _pools(seed: int, fast: bool, earlier: list[dict] = (), chat_set: int = 1) -> dict[str, list[str]]:
     """The seed's ordered prompt lists: templated chat (less the ones ``earlier`` shards of lower seeds answered, so
     that a new seed asks new questions while any are left), code (wrapped); math questions come per shard."""
     if fast:  # HumanEval only: parsing the standard library takes seconds
@@ -190,7 +192,7 @@ def _pools(seed: int, fast: bool, earlier: list[dict] = ()) -> dict[str, list[st
         code = [CODE_TEMPLATE.format(prompt=p) for p in humaneval_train_prompts()]
     else:
         code = [t for _, t in training_prompts(100_000, 0, seed + _POOL_OFFSET)]
-    return {"chat": _chat_pool(seed, list(earlier)), "code": code}
+    return {"chat": _chat_pool(seed, list(earlier), chat_set=chat_set), "code": code}
 
 
 def _take(pool: list[str], start: int, n: int) -> list[str]:
@@ -255,11 +257,12 @@ def _answer(model, tok, items: list[tuple[str, str]], seed: int, i: int, batch: 
     return rows
 
 
-def _settings(seed, shard_size, batch, max_new, name, shares, after) -> dict:
+def _settings(seed, shard_size, batch, max_new, name, shares, after, chat_set=1) -> dict:
     settings = {"format": ANSWERS_FORMAT, "mixture": MIX_FORMAT, "seed": seed, "shard_size": shard_size,
                 "batch": batch, "max_new": max_new, "shares": shares, "sample_every": SAMPLE_EVERY,
                 "sampled_temperature": SAMPLED_T, "magpie": MAGPIE_SETTINGS, "model": name}
-    return dict(settings, after=after) if after else settings  # seed 0's shards predate "after"
+    settings = dict(settings, after=after) if after else settings  # seed 0's shards predate "after"
+    return dict(settings, chat_set=chat_set) if chat_set != 1 else settings  # seeds 0-2 predate the second set
 
 
 def _check_existing(out: Path, seed: int, shards: int, settings: dict) -> list[dict]:
@@ -270,9 +273,10 @@ def _check_existing(out: Path, seed: int, shards: int, settings: dict) -> list[d
         if not path.exists():
             continue
         meta = load_answer_corpus(path)[1]
-        diff = sorted(k for k in settings if meta.get(k) != settings[k])
+        had, now = dict(meta, chat_set=meta.get("chat_set", 1)), dict(settings, chat_set=settings.get("chat_set", 1))
+        diff = sorted(k for k in now if had.get(k) != now[k])
         if diff:
-            got = ", ".join(f"{k}={meta.get(k)!r} (now {settings[k]!r})" for k in diff)
+            got = ", ".join(f"{k}={had.get(k)!r} (now {now[k]!r})" for k in diff)
             raise ValueError(f"shard {path} was made with other settings ({got}); it is never overwritten: rerun with "
                              f"those settings to resume, or use another --out or --seed")
         metas.append(meta)
@@ -281,21 +285,24 @@ def _check_existing(out: Path, seed: int, shards: int, settings: dict) -> list[d
 
 def run_mix(out: Path, seed: int, shards: int, shard_size: int = 256, batch: int = 32, max_new: int = 192,
             fast: bool = False, progress: bool = True, model=None, tokenizer=None,
-            shares: dict[str, float] | None = None) -> dict:
+            shares: dict[str, float] | None = None, chat_set: int = 1) -> dict:
     """Write shards 0..``shards``-1 of ``seed`` under ``out`` that are missing; returns a summary (shards written and
     skipped, positions, positions per second).  ``shares`` (default ``SHARES``) sets the kinds' proportions.  The
     shards of lower seeds already under ``out`` shape this seed's: their templated chat prompts and Magpie
-    questions are not asked again (their count per seed is in the settings as ``after``)."""
+    questions are not asked again (their count per seed is in the settings as ``after``).  ``chat_set`` picks the
+    templated prompts' set (``chat_prompts.CHAT_SETS``; recorded in the settings from the second on)."""
     from tqdm import tqdm
 
     shares = check_shares(shares or SHARES)
+    if chat_set not in CHAT_SETS:
+        raise ValueError(f"chat set {chat_set!r} does not exist: choose one of {sorted(CHAT_SETS)}")
     name = "tiny random (--fast)" if fast else "a model passed in"
     if model is None and not fast:
         from ..models import DEFAULT_TARGET_NAME
 
         name = DEFAULT_TARGET_NAME  # a name, never a path of this machine
     after, earlier = _earlier_seeds(out, seed)
-    settings = _settings(seed, shard_size, batch, max_new, name, shares, after)
+    settings = _settings(seed, shard_size, batch, max_new, name, shares, after, chat_set)
     metas = _check_existing(out, seed, shards, settings)  # before the model loads
     todo = [i for i in range(shards) if not shard_path(out, seed, i).exists()]
     summary = {"shards_written": 0, "shards_skipped": shards - len(todo), "positions": 0, "reply_tokens": 0, "seconds": 0.0}
@@ -313,7 +320,7 @@ def run_mix(out: Path, seed: int, shards: int, shard_size: int = 256, batch: int
             model, tokenizer = load_default_target(verbose=False, fast=True)  # pre-packed: batched rows run faster
     if tokenizer.vocab_size > 65536:
         raise ValueError(f"the tokenizer has {tokenizer.vocab_size} tokens; shards store ids as uint16 (< 65536)")
-    pools = _pools(seed, fast, earlier)
+    pools = _pools(seed, fast, earlier, chat_set)
     heldout = NearDuplicateIndex([content(t) for _, t in heldout_texts()])
     counts = shard_counts(shard_size, shares)
     before = [q for m in earlier for q in m["magpie_questions"]]
