@@ -18,7 +18,7 @@ import random
 
 from .chat_prompts2 import CATEGORIES_2
 
-__all__ = ["CATEGORIES", "CHAT_SETS", "CLOSERS", "LIGHT_CLOSERS", "templated_chat_prompts", "all_topics"]
+__all__ = ["CATEGORIES", "CHAT_SETS", "CLOSERS", "LIGHT_CLOSERS", "check_chat_set", "templated_chat_prompts", "all_topics"]
 
 _SCIENCE = ("photosynthesis", "plate tectonics", "the water cycle", "black holes", "vaccines and the immune system",
             "static electricity", "the greenhouse effect", "DNA replication", "ocean tides", "rainbows",
@@ -133,6 +133,13 @@ CATEGORIES: dict[str, tuple[tuple[str, ...], tuple, tuple[str, ...]]] = {
 CHAT_SETS = {1: CATEGORIES, 2: CATEGORIES_2}  # a set, once a shard used it, never changes
 
 
+def check_chat_set(chat_set: int) -> int:
+    """``chat_set`` if it names one of ``CHAT_SETS``; else ValueError naming the choices."""
+    if chat_set not in CHAT_SETS:
+        raise ValueError(f"chat set {chat_set!r} does not exist: choose one of {sorted(CHAT_SETS)}")
+    return chat_set
+
+
 def all_topics() -> list[str]:
     """Every topic string of every category of every set (a comparison counts as its two items)."""
     out: list[str] = []
@@ -153,8 +160,7 @@ def templated_chat_prompts(seed: int, chat_set: int = 1) -> list[tuple[str, str]
     """[(category, user text)]: every combination of phrasing, topic and closer of ``CHAT_SETS[chat_set]`` once,
     distinct, in an order fixed by ``seed`` (``random.Random(f"specdec-mix-chat-{seed}")``, the set's number added
     from the second on)."""
-    if chat_set not in CHAT_SETS:
-        raise ValueError(f"chat set {chat_set!r} does not exist: choose one of {sorted(CHAT_SETS)}")
+    check_chat_set(chat_set)
     seen: set[str] = set()
     out: list[tuple[str, str]] = []
     for name, (phrases, topics, closers) in CHAT_SETS[chat_set].items():

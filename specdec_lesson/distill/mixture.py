@@ -87,7 +87,7 @@ import torch
 
 from ..drafters.suffix import ANSWERS_FORMAT, load_answer_corpus
 from .answers import _save
-from .chat_prompts import CHAT_SETS, templated_chat_prompts
+from .chat_prompts import check_chat_set, templated_chat_prompts
 from .data import MATH_TEMPLATE, chat_text, humaneval_train_prompts, math_train_questions, training_prompts
 from .magpie import MAGPIE_SETTINGS, clean_question, sample_user_turns, user_turn_prefix
 from .overlap import NearDuplicateIndex, content, heldout_texts
@@ -294,8 +294,7 @@ def run_mix(out: Path, seed: int, shards: int, shard_size: int = 256, batch: int
     from tqdm import tqdm
 
     shares = check_shares(shares or SHARES)
-    if chat_set not in CHAT_SETS:
-        raise ValueError(f"chat set {chat_set!r} does not exist: choose one of {sorted(CHAT_SETS)}")
+    check_chat_set(chat_set)  # before the model loads
     name = "tiny random (--fast)" if fast else "a model passed in"
     if model is None and not fast:
         from ..models import DEFAULT_TARGET_NAME
