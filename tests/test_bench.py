@@ -374,7 +374,7 @@ def test_methods_needing_a_draft_fail_clearly_without_one():
 def test_hybrid_tree_method_needs_the_default_pair():
     from specdec_lesson.bench.runner import _check_methods, load_models
 
-    with pytest.raises(ValueError, match="hybrid-tree search .* use them with --pair default"):
+    with pytest.raises(ValueError, match="adaptive-tree search .* use them with --pair default"):
         _check_methods(load_models("tiny"), BenchSettings(methods=["ar", "hybrid-tree"]).labels())
 
 

@@ -8,8 +8,8 @@ import pytest
 from specdec_lesson.bench import methods as M
 from specdec_lesson.bench.runner import K_METHODS, METHODS, BenchSettings, load_models, run_benchmark
 
-NAMES = ("ar", "chain", "hybrid", "hybrid-suffix", "adaptive", "suffix", "tree", "hybrid-tree", "prompt-lookup", "hf",
-         "hf-assisted", "hf-prompt-lookup", "vllm", "vllm-ngram", "vllm-eagle")
+NAMES = ("ar", "chain", "hybrid", "hybrid-suffix", "adaptive", "suffix", "tree", "hybrid-tree", "adaptive-tree",
+         "prompt-lookup", "hf", "hf-assisted", "hf-prompt-lookup", "vllm", "vllm-ngram", "vllm-eagle")
 
 
 def _settings(methods: list[str], **kw) -> BenchSettings:

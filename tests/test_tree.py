@@ -239,7 +239,7 @@ def test_sampled_tree_decoding_is_reproducible_and_consistent():
     assert stats.tau == stats.emitted / stats.row_steps
     with pytest.raises(ValueError, match="batch size 1"):
         tree_generate(PAIR.target, PAIR.draft, [[1, 2], [3, 4]], 5)
-    with pytest.raises(ValueError, match="StaticTree, a DynamicTree or a HybridTree"):
+    with pytest.raises(ValueError, match="StaticTree, a DynamicTree, a HybridTree or an AdaptiveTree"):
         tree_generate(PAIR.target, PAIR.draft, PROMPT_IDS, 5, tree=(4, 2))
 
 

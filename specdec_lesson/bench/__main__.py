@@ -81,7 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "chat (general chat questions), prompts (default code,math; prompts with --prompts)")
     g.add_argument("--prompts", default=None, help="JSONL file, one {\"prompt\": ...} object per line")
     g.add_argument("--method", default=DEFAULT_METHODS,
-                   help=f"comma list (default {DEFAULT_METHODS}; also hybrid, hybrid-suffix, suffix, tree, hybrid-tree)")
+                   help=f"comma list (default {DEFAULT_METHODS}; also hybrid, hybrid-suffix, suffix, tree, hybrid-tree, "
+                        "adaptive-tree)")
     g.add_argument("--k", default=None, help="drafts per step of the K methods: one value (default 4), a sweep like "
                    "1,2,4,8, or auto (chosen by the simulator's cost model from a probe of this machine)")
     g.add_argument("--max-new-tokens", type=int, default=128)

@@ -21,6 +21,7 @@ MATRIX_METHODS = (  # (label in the results file, what the reader calls it)
     ("prompt-lookup-k4", "prompt lookup (`prompt-lookup`, K = 4)"),
     ("hybrid-k4", "draft + prompt lookup (`hybrid`, K = 4)"),
     ("hybrid-tree", "one tree of draft and lookup candidates (`hybrid-tree`)"),
+    ("adaptive-tree", "that tree sized per step (`adaptive-tree`)"),
     ("hf-prompt-lookup-k4", "Hugging Face prompt lookup (K = 4)"),
     ("hf", "Hugging Face `generate`"),
 )

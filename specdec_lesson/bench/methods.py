@@ -161,6 +161,28 @@ def _hybrid_tree_run(loaded, x, k, s, samp, gen):  # the draft's tree + the answ
                             generator=gen, eos_token_id=loaded.eos_token_id)
 
 
+def _adaptive_tree_run(loaded, x, k, s, samp, gen):  # the tree's depth and size chosen per step (tree.adaptive)
+    from ..tree.adaptive import AdaptiveTree
+    from ..tree.hybrid import HybridTreeDrafter
+
+    _adaptive_costs(loaded)
+    drafter = HybridTreeDrafter(loaded.draft, lookup=_corpus_lookup(loaded))
+    tree = AdaptiveTree(loaded._adaptive_costs, lookup_len=s.hybrid_lookup_k)
+    return _tree_generate()(loaded.target, drafter, x, s.max_new_tokens, tree=tree, **samp, generator=gen,
+                            eos_token_id=loaded.eos_token_id)
+
+
+def _adaptive_tree_check(loaded: Loaded) -> None:
+    _drafts_trees(loaded)
+    _adaptive_costs(loaded)
+
+
+def _adaptive_tree_step(s, k) -> int:
+    from ..tree.adaptive import AdaptiveTree
+
+    return max(AdaptiveTree.depth, s.hybrid_lookup_k) + 1
+
+
 def _hybrid(loaded, s):
     from ..drafters.hybrid import HybridDrafter
 
@@ -293,6 +315,8 @@ for _m in (
     Method("tree", _ours(_tree), needs_draft=True, needs_tree=True, max_step=_static_tree_step),
     Method("hybrid-tree", _ours(_hybrid_tree_run), needs_draft=True, needs_corpus=True, needs_tree=True,
            check=_drafts_trees, max_step=lambda s, k: _hybrid_tree(s).max_depth + 1),
+    Method("adaptive-tree", _ours(_adaptive_tree_run), needs_draft=True, needs_corpus=True, needs_tree=True,
+           check=_adaptive_tree_check, max_step=_adaptive_tree_step),
     Method("prompt-lookup", _chain(_prompt_lookup), takes_k=True, vllm_peer="vllm-ngram"),
     Method("hf", _hf()),
     Method("hf-assisted", _hf(_assistant), takes_k=True, needs_hf_lm=True),
@@ -322,7 +346,7 @@ def check_methods(loaded: Loaded, names: Iterable[str]) -> None:
 
         load_answer_corpus()  # a missing or damaged corpus: its own error, naming the fix, before any run
         if loaded.info.get("pair") != "default":
-            raise ValueError(f"methods suffix / hybrid-suffix / hybrid-tree search {DEFAULT_CORPUS.name}, "
+            raise ValueError(f"methods suffix / hybrid-suffix / hybrid-tree / adaptive-tree search {DEFAULT_CORPUS.name}, "
                              "the default target's own answers (token ids of its tokenizer): use them with --pair default")
     hf_names = [m.name for m in chosen if m.needs_hf_lm]
     done: set = set()

@@ -11,6 +11,7 @@ import torch
 from ..drafters.lookup import PromptLookupDrafter
 from ..sampling import SamplingConfig
 from ..toy import compose_steps, process_law
+from .adaptive import AdaptiveTree, build_adaptive_tree
 from .hybrid import HybridTree, build_hybrid_tree
 from .structure import StaticTree, TokenTree, build_tree
 from .verify import tree_outcome_law, verify_tree, verify_tree_greedy
@@ -23,8 +24,12 @@ TOY_LOOKUP = PromptLookupDrafter(max_ngram=2, min_ngram=1)  # a HybridTree's loo
 
 
 def _build(spec, context: Sequence[int], draft, sampling: SamplingConfig, generator=None) -> TokenTree:
-    """The library's own builder below ``context``; a :class:`HybridTree` grafts ``TOY_LOOKUP``'s continuation."""
+    """The library's own builder below ``context``; a :class:`HybridTree` grafts ``TOY_LOOKUP``'s continuation, an
+    :class:`AdaptiveTree` is sized from its ``acceptance`` record (the same record at every step)."""
     expand = _toy_expand(draft, context)
+    if isinstance(spec, AdaptiveTree):
+        chain = TOY_LOOKUP.continuation(list(context), spec.lookup_len)
+        return build_adaptive_tree(spec, context[-1], expand, chain, spec.start())
     if isinstance(spec, HybridTree):
         chain = TOY_LOOKUP.continuation(list(context), spec.lookup_len)
         return build_hybrid_tree(spec, context[-1], expand, chain, sampling, generator)
@@ -94,7 +99,7 @@ def tree_joint(target, draft, prompt: Sequence[int], n: int, spec, temperature=1
 
     def step(context: tuple[int, ...], horizon: int) -> dict:
         # Markov: only the last m tokens matter, except to a lookup, which reads the whole context
-        key = (context if isinstance(spec, HybridTree) else context[-m:], horizon)
+        key = (context if isinstance(spec, (HybridTree, AdaptiveTree)) else context[-m:], horizon)
         if key not in memo:
             memo[key] = tree_step_law(target, draft, context, spec, horizon, temperature, top_k, top_p, rule, rules)
         return memo[key]

@@ -11,6 +11,7 @@ from ..lean import make_cache
 from ..models import check_same_vocab
 from ..sampling import SamplingConfig, as_float, greedy_tokens
 from ..stats import SpecStats
+from .adaptive import AdaptiveTree
 from .hybrid import HybridTree, HybridTreeDrafter
 from .structure import DynamicTree, StaticTree, build_tree, expand_of
 from .verify import RULES, verify_tree, verify_tree_greedy
@@ -52,8 +53,8 @@ def tree_generate(
     ``use_kernels``: KV compaction by the Triton kernel (default: on when CUDA and triton are present).
     ``lean``: the lean forward for a supported Llama target and model draft (:func:`specdec_lesson.lean.make_cache`;
     None: ``LEAN_BY_DEFAULT``)."""
-    if not isinstance(tree, (StaticTree, DynamicTree, HybridTree)):
-        raise ValueError(f"tree must be a StaticTree, a DynamicTree or a HybridTree, got {type(tree).__name__}")
+    if not isinstance(tree, (StaticTree, DynamicTree, HybridTree, AdaptiveTree)):
+        raise ValueError(f"tree must be a StaticTree, a DynamicTree, a HybridTree or an AdaptiveTree, got {type(tree).__name__}")
     if rule is not None and (not isinstance(rule, str) or rule not in RULES):
         raise ValueError(f"rule must be None (the tree's own sibling rule) or one of {RULES}, got {rule!r}")
     sampling = SamplingConfig(temperature, top_k, top_p)
@@ -66,10 +67,11 @@ def tree_generate(
     if drafter is None:
         check_same_vocab(target, draft)
         drafter = ModelDrafter(draft, paged=paged, lean=lean)
-    if isinstance(tree, HybridTree) and not isinstance(drafter, HybridTreeDrafter):
+    grafts = isinstance(tree, (HybridTree, AdaptiveTree))
+    if grafts and not isinstance(drafter, HybridTreeDrafter):
         drafter = HybridTreeDrafter(drafter)  # prompt lookup beside the draft
-    elif isinstance(drafter, HybridTreeDrafter) and not isinstance(tree, HybridTree):
-        raise ValueError("a HybridTreeDrafter drafts a HybridTree: pass tree=HybridTree(...)")
+    elif isinstance(drafter, HybridTreeDrafter) and not grafts:
+        raise ValueError("a HybridTreeDrafter drafts a HybridTree or an AdaptiveTree: pass tree=HybridTree(...)")
     need_hidden = hidden_request(drafter)
 
     clock, stats = Clock(device), SpecStats(k=tree.max_depth)
@@ -91,7 +93,7 @@ def tree_generate(
         t1 = clock()
         step += 1
         with blame("draft", step):  # NaN draft logits raise, naming the draft
-            if isinstance(tree, HybridTree):
+            if grafts:
                 tr = drafter.build(tree, pending, sampling, generator)
             else:
                 tr = build_tree(tree, pending, expand_of(drafter), sampling, generator)

@@ -23,12 +23,14 @@ are not paid.  :class:`HybridTreeDrafter` holds the two sources for
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import torch
 
 from ..drafters.lookup import PromptLookupDrafter
 from ..sampling import SamplingConfig
+from .adaptive import AdaptiveTree, TreeAcceptance, build_adaptive_tree
 from .structure import DynamicTree, Expand, StaticTree, TokenTree, build_tree, expand_of
 
 __all__ = ["HybridTree", "HybridTreeDrafter", "build_hybrid_tree"]
@@ -109,6 +111,8 @@ class HybridTreeDrafter:
         self.needs_target_hidden = getattr(model, "needs_target_hidden", False)
         self.target_hidden_layers = getattr(model, "target_hidden_layers", None)
         self.lookup_steps = self.lookup_tokens = 0
+        self.acceptance: TreeAcceptance | None = None  # an AdaptiveTree's record of the run (made on its first step)
+        self.choices: Counter = Counter()  # an AdaptiveTree's (depth, nodes) per step
 
     @property
     def forwards(self) -> int:  # draft model forwards
@@ -130,14 +134,22 @@ class HybridTreeDrafter:
         """The lookup's continuation of the history (up to ``n`` tokens after the pending one)."""
         return self.lookup.continuation(self.lookup.history[0], n)
 
-    def build(self, spec: HybridTree, root_token: int, sampling: SamplingConfig,
+    def build(self, spec: HybridTree | AdaptiveTree, root_token: int, sampling: SamplingConfig,
               generator: torch.Generator | None) -> TokenTree:
-        tree = build_hybrid_tree(spec, root_token, self.tree_expand_subset, self.chain(spec.lookup_len), sampling, generator)
+        chain = self.chain(spec.lookup_len)
+        if isinstance(spec, AdaptiveTree):
+            if self.acceptance is None:
+                self.acceptance = spec.start()
+            tree = build_adaptive_tree(spec, root_token, self.tree_expand_subset, chain, self.acceptance, self.choices)
+        else:
+            tree = build_hybrid_tree(spec, root_token, self.tree_expand_subset, chain, sampling, generator)
         self.lookup_steps += bool(tree.lookup_nodes)
         return tree
 
     def commit_tree(self, tree: TokenTree, path: list[int], next_token: int, target_hidden: torch.Tensor | None) -> None:
         self.lookup_tokens += sum(v in tree.lookup_nodes for v in path)
+        if self.acceptance is not None and hasattr(tree, "edge_q"):
+            self.acceptance.update(tree, path)
         self.model.commit_tree(tree, path, next_token, target_hidden)
         self.lookup.last = [tree.path_tokens(path[-1]) if path else []]
         self.lookup.commit(torch.tensor([len(path)]), torch.tensor([int(next_token)]), None)
