@@ -32,7 +32,7 @@ COURSE = {  # notebook -> what a learner takes from it
     "03_kv_cache_rollback": "rolling a cache back after a rejection: crop, a static cache where rollback moves a "
                             "pointer, a paged cache with a block table, ragged batches as a valid-slot map",
     "04_tree_verification": "token trees and tree attention masks, lossless multi-candidate verification (greedy and "
-                            "at T = 0.7), one tree of draft and lookup candidates",
+                            "at T = 0.7), one tree of draft and lookup candidates, sized per step",
     "05_triton_kernels": "fused verification, tree attention and KV compaction kernels beside their torch references "
                          "(the Triton interpreter on a CPU), the bytes each path moves, and what an H200 measured",
     "06_latency_simulator": "the latency and speedup simulator with sliders, calibrated on measurements; predict a "

@@ -16,12 +16,12 @@ __all__ = ["STYLES", "MATRIX_METHODS", "machine_line", "draft_line", "matrix", "
 
 STYLES = ("code", "requests", "math", "chat")  # the order of columns; a style absent from a file is left out
 MATRIX_METHODS = (  # (label in the results file, what the reader calls it)
-    ("adaptive-k4", "**adaptive** (the default: the hybrid, drafting chosen per step)"),
+    ("adaptive-tree", "**adaptive tree** (default for one prompt: draft and lookup candidates sized per step)"),
+    ("adaptive-k4", "adaptive chain (default for batches: the hybrid, K chosen per step)"),
     ("chain-k4", "draft alone (`chain`, K = 4)"),
     ("prompt-lookup-k4", "prompt lookup (`prompt-lookup`, K = 4)"),
     ("hybrid-k4", "draft + prompt lookup (`hybrid`, K = 4)"),
     ("hybrid-tree", "one tree of draft and lookup candidates (`hybrid-tree`)"),
-    ("adaptive-tree", "that tree sized per step (`adaptive-tree`)"),
     ("hf-prompt-lookup-k4", "Hugging Face prompt lookup (K = 4)"),
     ("hf", "Hugging Face `generate`"),
 )
@@ -101,7 +101,7 @@ def matrix_svg(results: dict, methods=MATRIX_METHODS, title: str = "") -> str:
     styles = _styles(results)
     rows = {(r["task"], r["label"]): r for r in results["per_task"]}
     methods = [(lab, name) for lab, name in methods if any((s, lab) in rows for s in styles)]
-    colours = ["#4c78a8", "#f58518", "#54a24b", "#e45756", "#b279a2", "#9d755d", "#72b7b2"]
+    colours = ["#4c78a8", "#f58518", "#54a24b", "#e45756", "#b279a2", "#9d755d", "#72b7b2", "#bab0ac"]
     top = max([1.0] + [max(r.get("speedup_ci") or [r["speedup"] or 0]) for (s, lab), r in rows.items()
                        if any(lab == m for m, _ in methods)])
     top = float(int(top * 2) + 1) / 2  # the next 0.5 above every whisker
