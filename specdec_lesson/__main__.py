@@ -2,11 +2,12 @@
 
 Loads the offline default pair (SmolLM2-135M-Instruct and the project's distilled draft),
 generates a completion for a code prompt, a math prompt and a chat question with plain decoding and with
-speculative decoding (the draft alone, the draft + prompt lookup: ``hybrid.HybridDrafter``, and that
-hybrid with K chosen per step, 0 = a plain step: ``adaptive.AdaptiveDrafter``, which says what it chose and why),
-and prints tokens/s, the speedup, acceptance statistics and the text.  ``--show`` also prints each
-speculative run step by step in colour (``lab.render``): accepted drafts green, rejected drafts red and
-struck through, the target's correction or bonus token blue.
+speculative decoding (the draft alone, the draft + prompt lookup: ``hybrid.HybridDrafter``, that hybrid with K
+chosen per step, 0 = a plain step: ``adaptive.AdaptiveDrafter``, which says what it chose and why, and one tree of
+draft and lookup candidates sized per step: ``tree.adaptive.AdaptiveTree``, which says what it chose), and prints
+tokens/s, the speedup, acceptance statistics and the text.  ``--show`` also prints each chain run step by step in
+colour (``lab.render``): accepted drafts green, rejected drafts red and struck through, the target's correction or
+bonus token blue.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ MATH_PROMPT = (
 
 MAX_NEW_TOKENS = 4096  # prompt (about 130 tokens) + reply + one step's drafts must fit SmolLM2's 8192 positions
 MAX_K = 64
+TREE_WIDTH = 17  # the adaptive tree's widest verify: the root and up to 16 nodes
 PROG = "python -m specdec_lesson"
 _COSTS: dict = {}  # the adaptive policy's measured step costs, per pair and k_max
 
@@ -149,7 +151,7 @@ def _demo(args) -> int:
         if key not in _COSTS:  # once per process and pair: the policy's choices then depend on the text alone
             _status("adaptive policy: timing T(n) and the draft's cost per step on this machine (a few seconds) ...")
             probe_ids = tok(chat(tok, prompts["code"]), return_tensors="pt").input_ids
-            _COSTS[key] = measure_step_costs(target, draft, probe_ids, k_max)
+            _COSTS[key] = measure_step_costs(target, draft, probe_ids, k_max, max_width=max(k_max + 1, TREE_WIDTH))
         costs = _COSTS[key]
         print(f"adaptive policy's costs: T(1) {costs.T(1) * 1e3:.1f} ms, T({k_max + 1})/T(1) = "
               f"{costs.T(k_max + 1) / costs.T(1):.2f}, draft a = {costs.draft_first * 1e3:.1f} ms + b = "
@@ -191,12 +193,39 @@ def _demo(args) -> int:
                 print(f"adaptive policy: {drafter.summary()}")
             if trace is not None:
                 print(f"--- step by step: {label.strip()} ---\n{render_ansi(trace, tok, stats=True)}")
+        if adaptive:  # one tree of draft and lookup candidates, its size chosen per step (batch size 1)
+            gain = _tree_run(target, draft, ids, args, costs, t_ar / n_ar, ar)
+            if gain > best[name][1]:
+                best[name] = ("adaptive tree", gain)
         print("--- speculative output ---")
         print(tok.decode(sp[0], skip_special_tokens=True).strip())
     print("\nbest method here, over plain decoding in its fastest form on this machine: "
           + "; ".join(f"{name} {label} {gain:.2f}x" for name, (label, gain) in best.items())
           + " (one prompt each, one run: benchmarks/results/ has medians over prompts and repeats)")
     return 0
+
+
+def _tree_run(target, draft, ids, args, costs, s_per_token_ar: float, ar) -> float:
+    """The adaptive tree on one prompt: its line of the demo (speed, tau, what it chose); returns its speedup.  Its
+    lookup is prompt lookup, as in the chain runs above (the bench's ``adaptive-tree`` also searches the target's
+    past answers)."""
+    from .tree import AdaptiveTree, HybridTreeDrafter, tree_generate
+    from .tree.adaptive import describe_choices
+
+    drafter = HybridTreeDrafter(draft)
+    g = torch.Generator().manual_seed(args.seed)
+    t = time.perf_counter()
+    out, st = tree_generate(target, drafter, ids, args.max_new_tokens, tree=AdaptiveTree(costs),
+                            temperature=args.temperature, generator=g)
+    t_sp = time.perf_counter() - t
+    n_sp = len(out[0])
+    gain = s_per_token_ar / (t_sp / n_sp)
+    print(f"adaptive tree       : {n_sp} tokens in {t_sp:.2f} s = {n_sp / t_sp:6.1f} tokens/s "
+          f"(speedup {gain:.2f}x, tau {st.tau:.2f} tokens/forward)")
+    if args.temperature == 0:
+        print(f"greedy outputs identical: {torch.equal(ar[0], out[0])}")
+    print(f"adaptive tree: {describe_choices(drafter.choices)}")
+    return gain
 
 
 if __name__ == "__main__":

@@ -332,7 +332,8 @@ def test_demo_prints_what_the_policy_chose(monkeypatch, capsys):
     out, err = capsys.readouterr()
     assert "[specdec] adaptive policy: timing T(n)" in err
     assert "adaptive policy's costs: T(1)" in out and out.count("adaptive policy: steps K=") == 3  # code, math, chat
-    assert out.count("greedy outputs identical: True") == 9  # three runs per prompt
+    assert out.count("greedy outputs identical: True") == 12  # four runs per prompt
+    assert out.count("adaptive tree: ") == 3 and "nodes kept per step median" in out
 
 
 def test_step_times_correct_the_cost_model_per_kind_of_step():

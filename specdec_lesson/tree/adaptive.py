@@ -33,7 +33,7 @@ from ..drafters.adaptive_policy import StepCosts
 from ..validate import as_int
 from .structure import Expand, TokenTree, _level
 
-__all__ = ["AdaptiveTree", "TreeAcceptance", "build_adaptive_tree"]
+__all__ = ["AdaptiveTree", "TreeAcceptance", "build_adaptive_tree", "describe_choices"]
 
 
 @dataclass(frozen=True)
@@ -213,3 +213,16 @@ def build_adaptive_tree(spec: AdaptiveTree, root_token: int, expand: Expand, cha
     kept.lookup_nodes = {v for v in kept.edge_lookup if v not in kept.edge_q}
     kept.expected = sum(val[v] for v in order[:n])  # the accepted tokens this tree was chosen to expect
     return kept
+
+
+def describe_choices(choices: Counter) -> str:
+    """What an adaptive tree chose, from ``HybridTreeDrafter.choices`` ({(depth, nodes): steps}): the steps, the
+    nodes kept per step (median and range), the plain steps (no node) and the most frequent shapes."""
+    steps = sum(choices.values())
+    if not steps:
+        return "no step yet"
+    nodes = sorted(n for (_, n), c in choices.items() for _ in range(c))
+    plain = sum(c for (_, n), c in choices.items() if n == 0)
+    common = ", ".join(f"{n} nodes to depth {d} ({c} steps)" for (d, n), c in choices.most_common(3))
+    return (f"{steps} steps, nodes kept per step median {nodes[len(nodes) // 2]} (range {nodes[0]}-{nodes[-1]}), "
+            f"{plain} plain steps; most often {common}")
