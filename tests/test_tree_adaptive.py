@@ -12,6 +12,7 @@ from specdec_lesson.drafters import ModelDrafter
 from specdec_lesson.drafters.adaptive_policy import StepCosts
 from specdec_lesson.models import tiny_pair
 from specdec_lesson.speculative import autoregressive_generate
+from specdec_lesson.stats import tv_distance
 from specdec_lesson.tree import AdaptiveTree, HybridTreeDrafter, StaticTree, TokenTree, TreeAcceptance, tree_generate, tree_joint
 from specdec_lesson.tree.adaptive import build_adaptive_tree
 from specdec_lesson.tree.exact import TOY_LOOKUP, _toy_expand
@@ -66,6 +67,65 @@ def test_adaptive_tree_joint_equals_target_exactly(spec, cfg):
     library's walk, the 'distinct' rule) have the target's law, for each record."""
     for target, draft in ((TARGET, DRAFT), (SPARSE_T, SPARSE_D)):
         assert tree_joint(target, draft, PROMPT, 3, spec, **cfg) == toy.target_joint(target, PROMPT, 3, **cfg)
+
+
+def _learning_joint(target, draft, prompt, n, spec, temperature=1, peek=False, shapes: set | None = None,
+                    learn: bool = True) -> dict:
+    """Exact law of the first ``n`` tokens when the record LEARNS along the way, as in a run: every branch of every
+    step's verification (Fractions) is followed with the record updated by that branch's path, so each step's tree
+    depends on the blocks emitted before it.  ``peek`` plants a bug: a step whose verification rejected every node
+    is thrown away and a larger tree verified instead (a choice that reads the drawn outcome)."""
+    from specdec_lesson.toy import process_law
+    from specdec_lesson.tree.verify import tree_outcome_law
+
+    out: dict = {}
+
+    def outcomes(ctx: tuple, record: TreeAcceptance) -> list:
+        tree = build_adaptive_tree(spec, ctx[-1], _toy_expand(draft, ctx),
+                                   TOY_LOOKUP.continuation(list(ctx), spec.lookup_len), record)
+        p_of = lambda v: process_law(target.next_law(ctx + tuple(tree.path_tokens(v))), temperature)  # noqa: E731
+        q_of = lambda v: process_law(draft.next_law(ctx + tuple(tree.path_tokens(v))), temperature)  # noqa: E731
+        if shapes is not None:
+            shapes.add((tuple(tree.tokens), tuple(tree.parents)))
+        return [(tree, list(path), y, pw) for (path, y), pw in tree_outcome_law(tree, p_of, q_of).items()]
+
+    def go(ctx: tuple, emitted: tuple, record: TreeAcceptance, w: Fraction) -> None:
+        if len(emitted) >= n:
+            out[emitted[:n]] = out.get(emitted[:n], Fraction(0)) + w
+            return
+        branches = outcomes(ctx, record)
+        if peek:
+            retry = outcomes(ctx, _record(0.95))
+            branches = [b for b in branches if b[1]] + [(t, p, y, pw * qw) for *_, qw in [b for b in branches if not b[1]]
+                                                     for t, p, y, pw in retry]
+        for tree, path, y, pw in branches:
+            block = (tuple(tree.path_tokens(path[-1])) if path else ()) + (y,)
+            nxt = record.copy()
+            if learn:
+                nxt.update(tree, path)
+            go(ctx + block, emitted + block, nxt, w * pw)
+
+    go(tuple(prompt), (), TreeAcceptance(spec.lookup_len), Fraction(1))
+    return out
+
+
+@pytest.mark.parametrize("temperature", [1, Fraction(1, 2), 0])
+def test_a_record_that_learns_along_the_run_keeps_the_target_law(temperature):
+    """Equality of Fractions over 4 tokens with the record updated after every step from that step's verified path
+    (what HybridTreeDrafter.commit_tree does): the trees differ between branches of the run, the law does not.  Sizing
+    a tree on anything known before the draw keeps the law (even the target's law itself); a step redone after its
+    drawn outcome is seen (planted) is caught."""
+    spec = AdaptiveTree(COSTS, depth=2, topk=2, node_budget=3, lookup_len=2, min_tokens=1)
+    for target, draft in ((TARGET, DRAFT), (SPARSE_T, SPARSE_D)):
+        exact, shapes = toy.target_joint(target, PROMPT, 4, temperature=temperature), set()
+        assert _learning_joint(target, draft, PROMPT, 4, spec, temperature, shapes=shapes) == exact
+        if temperature != 0:  # many branches: learning changed some step's tree (against a record that never learns)
+            frozen: set = set()
+            _learning_joint(target, draft, PROMPT, 4, spec, temperature, shapes=frozen, learn=False)
+            assert shapes != frozen
+    if temperature == 1:
+        biased = _learning_joint(TARGET, DRAFT, PROMPT, 4, spec, temperature, peek=True)
+        assert tv_distance(biased, toy.target_joint(TARGET, PROMPT, 4)) > 1e-3
 
 
 def test_the_record_learns_from_the_verified_path():
