@@ -14,16 +14,17 @@ python benchmarks/lean_vs_hf.py --force  # the lean forward against Hugging Face
 python benchmarks/gemv_bandwidth.py --force  # the one-row products' read rate; a decode step taken apart
 python benchmarks/compile_probe.py --force --out "$R/compile_probe.json"  # does torch.compile pay for the lean forward?
 # the headline: four held-out prompt styles (HumanEval-like code, free-form function requests, math word problems,
-# general chat questions), 12 prompts each, 3 interleaved repeats; the adaptive method picks K per step
+# general chat questions), 12 prompts each, 3 interleaved repeats; the adaptive method picks K per step, the adaptive
+# tree its depth and node count
 python -m specdec_lesson.bench --pair default --task code,requests,math,chat --limit 12 --repeats 3 --k 4 --threads 2 \
-  --method ar,chain,hybrid,adaptive,hybrid-tree,prompt-lookup,hf-prompt-lookup --max-new-tokens 96 \
+  --method ar,chain,hybrid,adaptive,hybrid-tree,adaptive-tree,prompt-lookup,hf-prompt-lookup --max-new-tokens 96 \
   --no-progress --force --out "$R/bench_default_t0.json"
 # the K sweep (K = 1..6) for the distilled draft alone and for the hybrid, against the simulator's S(K) in notebook 07
 # (not a bench_*.json: notebook 07's headline stays the run above)
 python -m specdec_lesson.bench --pair default --task code,math --limit 5 --repeats 3 --k 1,2,3,4,5,6 --threads 2 \
   --method ar,chain,hybrid --max-new-tokens 96 --no-progress --force --out "$R/ksweep_default_t0.json"
 python -m specdec_lesson.bench --pair default --task code,requests,math,chat --limit 12 --repeats 3 --k 4 --threads 2 \
-  --method ar,chain,hybrid,adaptive --temperature 0.7 --max-new-tokens 96 \
+  --method ar,chain,hybrid,adaptive,adaptive-tree --temperature 0.7 --max-new-tokens 96 \
   --no-progress --force --out "$R/bench_default_t07.json"
 python -m specdec_lesson.bench --report "$R/bench_default_t0.json"
 python -m specdec_lesson.bench --report "$R/bench_default_t07.json"
