@@ -29,7 +29,7 @@ from .payoff import check_block_prediction, check_no_bonus_tokens
 from .rejection import check_accept, check_residual, check_speculative_sample
 from .rollback import check_draft_cache_prediction, check_target_keep
 from .simulator import check_alpha_needed, check_last_batch, check_simulation, check_tree_tokens
-from .trees import check_distinct_rule, check_iid_rule, check_tree_mask
+from .trees import check_distinct_rule, check_iid_rule, check_node_count, check_tree_mask
 
 __all__ = [
     "EXERCISES", "Exercise", "by_id", "verify_curves",
@@ -37,7 +37,7 @@ __all__ = [
     "check_accept", "check_residual", "check_speculative_sample", "check_no_bonus_tokens", "check_block_prediction",
     "check_draft_step", "check_verify", "check_alpha_tau",
     "check_target_keep", "check_draft_cache_prediction", "check_blocks_to_free", "check_positions",
-    "check_distinct_rule", "check_iid_rule", "check_tree_mask",
+    "check_distinct_rule", "check_iid_rule", "check_tree_mask", "check_node_count",
     "check_leading_accepts", "check_accept_kernel", "check_bug_is_caught", "check_chunked_race",
     "check_alpha_needed", "check_last_batch", "check_tree_tokens", "check_simulation",
     "check_choose_k", "check_pooled_alpha", "check_predicted_speedup",

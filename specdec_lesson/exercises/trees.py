@@ -1,7 +1,8 @@
 """Exercises of notebook 04 (token trees): the sibling rule for distinct children, the sibling rule for i.i.d.
-children, and the tree attention mask.  Ground truth: the exact law of the first tokens of whole tree runs on toy
-Markov models (:func:`specdec_lesson.tree.tree_joint`) against the target's own law
-(:func:`specdec_lesson.toy.target_joint`), all in Fractions, and :func:`specdec_lesson.tree.tree_mask`."""
+children, the tree attention mask, and how many nodes an adaptive tree should verify.  Ground truth: the exact law
+of the first tokens of whole tree runs on toy Markov models (:func:`specdec_lesson.tree.tree_joint`) against the
+target's own law (:func:`specdec_lesson.toy.target_joint`), all in Fractions, :func:`specdec_lesson.tree.tree_mask`
+and :func:`specdec_lesson.tree.best_node_count`."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from .. import toy
 from ..stats import tv_distance
 from ._core import Exercise, call, exact_value, fail, passed, random_laws, solve
 
-__all__ = ["check_distinct_rule", "check_iid_rule", "check_tree_mask", "EXERCISES"]
+__all__ = ["check_distinct_rule", "check_iid_rule", "check_tree_mask", "check_node_count", "EXERCISES"]
 
 
 def _learner_rules(ex: str, rule: str, accept_fn, reject_fn):
@@ -127,6 +128,73 @@ def check_tree_mask(fn) -> None:
                "scores every branch.")
 
 
+def _node_cases(gen: torch.Generator) -> list[tuple[list[float], list[float], float, float]]:
+    """(values best first, T(1..len + 1) in seconds, spent, overhead): 3 built cases (nothing pays, everything pays,
+    the best in the middle) and 80 random ones."""
+    cases = [([0.02] * 6, [0.015 + 0.002 * k for k in range(7)], 0.0005, 0.001),
+             ([0.9, 0.8, 0.7, 0.6], [0.015, 0.0151, 0.0152, 0.0153, 0.0154], 0.0005, 0.001),
+             ([0.9, 0.7, 0.4, 0.1, 0.05], [0.015 + 0.0015 * k for k in range(6)], 0.0, 0.0)]
+    for _ in range(80):
+        m = int(torch.randint(0, 13, (1,), generator=gen))
+        vals = sorted((torch.rand(m, generator=gen) ** 2).tolist(), reverse=True)
+        steps = (torch.rand(m + 1, generator=gen) * 0.003).tolist()
+        t1 = 0.01 + 0.03 * float(torch.rand(1, generator=gen))
+        curve = [t1 + sum(steps[1:k + 1]) for k in range(m + 1)]
+        cases.append((vals, curve, 0.002 * float(torch.rand(1, generator=gen)), 0.0015 * float(torch.rand(1, generator=gen))))
+    return cases
+
+
+def _rate(vals: list[float], curve: list[float], spent: float, overhead: float, n: int, plus: float = 1.0,
+          shift: int = 1) -> float:
+    return (plus + sum(vals[:n])) / (spent + curve[min(n + shift, len(curve)) - 1] + overhead)
+
+
+def check_node_count(fn) -> None:
+    """``fn(values, T, spent, overhead)`` -> n: of the nodes whose acceptance ``values`` are given best first, how
+    many to verify (0..len(values)) so that the expected tokens per second are highest, when a forward over k tokens
+    costs ``T[k - 1]`` seconds, the draft already spent ``spent`` seconds and a step adds ``overhead``.  Compared with
+    :func:`specdec_lesson.tree.best_node_count` on 83 cases."""
+    ex = "4.4"
+    from ..drafters.adaptive_policy import StepCosts
+    from ..tree import best_node_count
+
+    cases, answers, first = _node_cases(torch.Generator().manual_seed(44)), [], None
+    for vals, curve, spent, overhead in cases:
+        want, rate = best_node_count(vals, StepCosts(tuple(curve), 0.0, 0.0, overhead), spent)
+        what = f"best_n({[round(v, 3) for v in vals]}, T, {spent:.4f}, {overhead:.4f})"
+        got = call(ex, fn, list(vals), list(curve), spent, overhead, what=what)
+        if not isinstance(got, int) or isinstance(got, bool) or not 0 <= got <= len(vals):
+            fail(ex, f"{what} returned {got!r}: return a whole number of nodes from 0 to {len(vals)}")
+        answers.append(got)
+        if first is None and got != want and abs(_rate(vals, curve, spent, overhead, got) - rate) > 1e-12 * rate:
+            first = (what, vals, curve, spent, overhead, got, want, rate)
+    if first is None:
+        passed(ex, "your node counts equal the library's on 83 cases: a node is worth its place in the forward when "
+                   "its chance of acceptance beats the rate times the time it adds.")
+        return
+
+    def argmax(vals, curve, spent, overhead, lo: int = 0, **kw) -> int:
+        options = range(min(lo, len(vals)), len(vals) + 1)
+        return max(options, key=lambda n: (_rate(vals, curve, spent, overhead, n, **kw), -n))
+
+    wrong = {  # the learner's answers on every case match one of these mistakes
+        "a step emits one token of the target's own besides the accepted nodes: the numerator is 1 + the sum":
+            [argmax(*c, plus=0.0) for c in cases],
+        "the target scores the root as well: n nodes cost a forward over 1 + n tokens, T[n]":
+            [argmax(*c, shift=0) for c in cases],
+        "n = 0 (a plain step) is allowed: when no node pays for its place in the forward, verify none":
+            [argmax(*c, lo=1) for c in cases],
+        "not every node pays: a node is worth verifying only when its value beats the rate times the time it adds":
+            [len(c[0]) for c in cases],
+    }
+    why = next((w for w, ans in wrong.items() if ans == answers),
+               "try every n from 0 to len(values) and keep the best rate (1 + sum of the first n) / (spent + T(1 + n) "
+               "+ overhead)")
+    what, vals, curve, spent, overhead, got, want, rate = first
+    fail(ex, f"{what} with T(1..) = {[round(1e3 * t, 2) for t in curve]} ms: you chose n = {got}, the best is "
+             f"n = {want} ({rate:.1f} tokens/s against {_rate(vals, curve, spent, overhead, got):.1f}); {why}")
+
+
 _ACCEPT, _REJECT = '    raise NotImplementedError("accept")\n', '    raise NotImplementedError("reject")\n'
 
 _P41 = """Children chosen deterministically (top-k of the draft, an EAGLE-2 tree) are distinct tokens, each a
@@ -214,8 +282,33 @@ _A43 = solve(_S43, '''
     return mask
 ''')
 
+_P44 = """An adaptive tree (section 8) values each candidate node by the chance its whole path is accepted, sorts the
+nodes best first, and verifies the n best. Write `best_n(values, T, spent, overhead)` returning that n, from 0 (a
+plain step) to `len(values)`: the one maximising the expected tokens per second, (1 + the sum of the first n values)
+over (spent + T(1 + n) + overhead), where `T[k - 1]` is the seconds of a forward over k tokens (the root and n nodes)
+and 1 counts the token the target always adds. The check compares with `tree.best_node_count` on 83 cases."""
+
+_S44 = '''from specdec_lesson.exercises import check_node_count
+
+
+def best_n(values, T, spent, overhead):
+    """How many of the best-first nodes to verify (0..len(values)) for the most tokens per second."""
+    raise NotImplementedError
+
+
+check_node_count(best_n)
+'''
+
+_A44 = solve(_S44, '''
+    def rate(n):
+        return (1 + sum(values[:n])) / (spent + T[n] + overhead)   # T[n] = T(1 + n)
+
+    return max(range(len(values) + 1), key=lambda n: (rate(n), -n))
+''')
+
 EXERCISES = [
     Exercise("4.1", "the sibling rule for distinct children", check_distinct_rule, _P41, _S41, _A41),
     Exercise("4.2", "the sibling rule for i.i.d. children", check_iid_rule, _P42, _S42, _A42),
     Exercise("4.3", "the tree attention mask", check_tree_mask, _P43, _S43, _A43),
+    Exercise("4.4", "how many nodes pay for their place", check_node_count, _P44, _S44, _A44),
 ]

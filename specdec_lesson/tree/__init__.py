@@ -10,7 +10,7 @@
 * :mod:`.generate` - :func:`tree_generate`, the engine on Hugging Face models.
 """
 
-from .adaptive import AdaptiveTree, TreeAcceptance, build_adaptive_tree
+from .adaptive import AdaptiveTree, TreeAcceptance, best_node_count, build_adaptive_tree
 from .exact import sample_tree_toy, tree_joint, tree_step_law
 from .generate import tree_generate
 from .hybrid import HybridTree, HybridTreeDrafter, build_hybrid_tree
@@ -29,6 +29,7 @@ from .verify import (
 __all__ = [
     "TokenTree", "StaticTree", "DynamicTree", "Expand", "build_tree", "tree_mask", "tree_generate",
     "HybridTree", "HybridTreeDrafter", "build_hybrid_tree", "AdaptiveTree", "TreeAcceptance", "build_adaptive_tree",
+    "best_node_count",
     "RULES", "TorchRules", "FractionRules", "walk_tree", "verify_tree", "verify_tree_from_randoms",
     "verify_tree_greedy", "tree_outcome_law", "tree_step_law", "tree_joint", "sample_tree_toy",
 ]

@@ -33,7 +33,7 @@ from ..drafters.adaptive_policy import StepCosts
 from ..validate import as_int
 from .structure import Expand, TokenTree, _level
 
-__all__ = ["AdaptiveTree", "TreeAcceptance", "build_adaptive_tree", "describe_choices"]
+__all__ = ["AdaptiveTree", "TreeAcceptance", "best_node_count", "build_adaptive_tree", "describe_choices"]
 
 
 @dataclass(frozen=True)
@@ -148,11 +148,15 @@ def _values(tree: TokenTree, acc: TreeAcceptance) -> list[float]:
     return val
 
 
-def _best(order: list[int], val: list[float], spent: float, costs: StepCosts, cap: int) -> tuple[int, float]:
-    """(n, rate): the n in 0..cap best nodes maximising (1 + their values) / (spent + T(1 + n) + overhead)."""
+def best_node_count(values: list[float], costs: StepCosts, spent: float = 0.0, cap: int | None = None) -> tuple[int, float]:
+    """``(n, rate)``: how many of the nodes whose ``values`` are given (best first) to verify, n in 0..``cap``
+    (default all), maximising the expected tokens per second (1 + the n values' sum) / (``spent`` + T(1 + n) +
+    overhead): the root is always scored, and every step emits one token of the target's own besides the accepted
+    nodes.  Ties go to the smaller n."""
+    cap = len(values) if cap is None else min(cap, len(values))
     best, best_rate, total = 0, 1.0 / (spent + costs.T(1) + costs.overhead), 1.0
-    for n, v in enumerate(order[:cap], start=1):
-        total += val[v]
+    for n, v in enumerate(values[:cap], start=1):
+        total += v
         rate = total / (spent + costs.T(1 + n) + costs.overhead)
         if rate > best_rate:
             best, best_rate = n, rate
@@ -174,7 +178,7 @@ def build_adaptive_tree(spec: AdaptiveTree, root_token: int, expand: Expand, cha
     for level in range(spec.depth):
         val = _values(tree, acc)
         order = sorted(range(1, tree.size), key=lambda v: (-val[v], tree.depths[v], v))
-        n, rate = _best(order, val, spent, costs, spec.node_budget)
+        n, rate = best_node_count([val[v] for v in order], costs, spent, spec.node_budget)
         if level > 0:  # each level below the root's children costs one more draft forward
             step = costs.draft_next
             # the next level's worth before it is drafted: below each frontier node, the draft's best child where
@@ -201,7 +205,7 @@ def build_adaptive_tree(spec: AdaptiveTree, root_token: int, expand: Expand, cha
         frontier = sorted(new, key=lambda v: (-val[v], v))[: spec.topk]  # the beam: best path values
     val = _values(tree, acc)
     order = sorted(range(1, tree.size), key=lambda v: (-val[v], tree.depths[v], v))
-    n, _ = _best(order, val, spent, costs, spec.node_budget)
+    n, _ = best_node_count([val[v] for v in order], costs, spent, spec.node_budget)
     kept = tree.prune(order[:n])
     old = list(kept.source)
     where = {s: v for v, s in enumerate(tree.source)}
