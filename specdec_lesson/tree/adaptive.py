@@ -175,11 +175,11 @@ def build_adaptive_tree(spec: AdaptiveTree, root_token: int, expand: Expand, cha
         for j, v in enumerate(tree.graft(chain), start=1):
             tree.edge_lookup[v] = j
     frontier, spent = [0], costs.draft_first  # the root's law: paid whatever the tree
+    val: list[float] = []  # the nodes' values, set after each level is drafted
     for level in range(spec.depth):
-        val = _values(tree, acc)
-        order = sorted(range(1, tree.size), key=lambda v: (-val[v], tree.depths[v], v))
-        n, rate = best_node_count([val[v] for v in order], costs, spent, spec.node_budget)
         if level > 0:  # each level below the root's children costs one more draft forward
+            order = sorted(range(1, tree.size), key=lambda v: (-val[v], tree.depths[v], v))
+            n, rate = best_node_count([val[v] for v in order], costs, spent, spec.node_budget)
             step = costs.draft_next
             # the next level's worth before it is drafted: below each frontier node, the draft's best child where
             # the children already there (the lookup's) leave room
@@ -201,9 +201,8 @@ def build_adaptive_tree(spec: AdaptiveTree, root_token: int, expand: Expand, cha
                     c = tree.add(t, u)
                 tree.edge_q[c], tree.edge_rank[c] = p, rank
                 new.append(c)
-        val = _values(tree, acc)
+        val = _values(tree, acc)  # the tree as it now stands: read by the next level's test and by the final cut
         frontier = sorted(new, key=lambda v: (-val[v], v))[: spec.topk]  # the beam: best path values
-    val = _values(tree, acc)
     order = sorted(range(1, tree.size), key=lambda v: (-val[v], tree.depths[v], v))
     n, _ = best_node_count([val[v] for v in order], costs, spent, spec.node_budget)
     kept = tree.prune(order[:n])
@@ -215,7 +214,6 @@ def build_adaptive_tree(spec: AdaptiveTree, root_token: int, expand: Expand, cha
     if log is not None:
         log[(kept.depth, kept.size - 1)] += 1
     kept.lookup_nodes = {v for v in kept.edge_lookup if v not in kept.edge_q}
-    kept.expected = sum(val[v] for v in order[:n])  # the accepted tokens this tree was chosen to expect
     return kept
 
 

@@ -111,8 +111,10 @@ class HybridTreeDrafter:
         self.needs_target_hidden = getattr(model, "needs_target_hidden", False)
         self.target_hidden_layers = getattr(model, "target_hidden_layers", None)
         self.lookup_steps = self.lookup_tokens = 0
-        self.acceptance: TreeAcceptance | None = None  # an AdaptiveTree's record of the run (made on its first step)
-        self.choices: Counter = Counter()  # an AdaptiveTree's (depth, nodes) per step
+        # an AdaptiveTree's record of acceptances (made on its first step) and its (depth, nodes) per step; both carry
+        # over to the next generation of the same drafter, as the chain's AdaptiveDrafter does
+        self.acceptance: TreeAcceptance | None = None
+        self.choices: Counter = Counter()
 
     @property
     def forwards(self) -> int:  # draft model forwards
