@@ -224,7 +224,7 @@ def _tree_run(target, draft, ids, args, costs, s_per_token_ar: float, ar) -> flo
           f"(speedup {gain:.2f}x, tau {st.tau:.2f} tokens/forward)")
     if args.temperature == 0:
         print(f"greedy outputs identical: {torch.equal(ar[0], out[0])}")
-    print(f"adaptive tree: {describe_choices(drafter.choices)}")
+    print(f"adaptive tree: {describe_choices(drafter.choices)}\n{drafter.explain()}")
     return gain
 
 

@@ -334,6 +334,7 @@ def test_demo_prints_what_the_policy_chose(monkeypatch, capsys):
     assert "adaptive policy's costs: T(1)" in out and out.count("adaptive policy: steps K=") == 3  # code, math, chat
     assert out.count("greedy outputs identical: True") == 12  # four runs per prompt
     assert out.count("adaptive tree: ") == 3 and "nodes kept per step median" in out
+    assert out.count("  e.g. step ") >= 3  # why: the rule's numbers for a step of each prompt
 
 
 def test_step_times_correct_the_cost_model_per_kind_of_step():

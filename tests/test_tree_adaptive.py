@@ -14,7 +14,7 @@ from specdec_lesson.models import tiny_pair
 from specdec_lesson.speculative import autoregressive_generate
 from specdec_lesson.stats import tv_distance
 from specdec_lesson.tree import AdaptiveTree, HybridTreeDrafter, StaticTree, TokenTree, TreeAcceptance, tree_generate, tree_joint
-from specdec_lesson.tree.adaptive import build_adaptive_tree
+from specdec_lesson.tree.adaptive import build_adaptive_tree, explain_step
 from specdec_lesson.tree.exact import TOY_LOOKUP, _toy_expand
 
 TARGET = toy.random_markov(3, order=1, seed=5)
@@ -128,6 +128,29 @@ def test_a_record_that_learns_along_the_run_keeps_the_target_law(temperature):
         assert tv_distance(biased, toy.target_joint(TARGET, PROMPT, 4)) > 1e-3
 
 
+def test_each_choice_is_explained_by_the_numbers_of_the_rule():
+    """A tree's ``why`` is the rule's own arithmetic: the kept count, and the expected tokens and seconds that give
+    best_node_count's rate; a rejecting record explains a plain step by the best tree it refused, an accepting one
+    names the depth limit."""
+    for spec in SPECS:
+        for c in [(0,), (2, 1, 2, 1)]:
+            tree = build_adaptive_tree(spec, c[-1], _toy_expand(DRAFT, c), TOY_LOOKUP.continuation(list(c), 2),
+                                       spec.start())
+            w = tree.why
+            assert w["n"] == tree.size - 1 and w["drafted"] >= w["n"]
+            secs = w["spent"] + w["T"] + w["overhead"]
+            text = explain_step(w)
+            if w["n"]:
+                assert w["expected"] / secs == pytest.approx(w["rate"]) and text.startswith(f"kept {w['n']} of")
+            else:
+                assert w["rate"] == pytest.approx(w["plain"]) and text.startswith("no node")
+                assert not w["m"] or w["expected"] / secs < w["plain"]
+    rejecting = build_adaptive_tree(SPECS[1], 0, _toy_expand(DRAFT, (0,)), [], SPECS[1].start())
+    assert "is slower than a plain step's" in explain_step(rejecting.why)
+    accepting = build_adaptive_tree(SPECS[2], 0, _toy_expand(DRAFT, (0,)), [], SPECS[2].start())
+    assert "2 draft levels, the most allowed" in explain_step(accepting.why)
+
+
 def test_the_record_learns_from_the_verified_path():
     tree = TokenTree(0)
     tree.edge_q, tree.edge_lookup, tree.edge_rank = {}, {}, {}
@@ -157,6 +180,7 @@ def test_greedy_adaptive_tree_decoding_equals_target_greedy(paged):
             assert torch.equal(out[0], ref[0]), (costs, paged)
             assert stats.emitted == 30 and sum(stats.accept_hist) == stats.row_steps
             assert sum(drafter.choices.values()) == stats.row_steps
+            assert drafter.explain().startswith("  e.g. step ") and set(drafter.why) <= {"tree", "plain"}
             if costs.T(8) < 1.1:  # nodes are cheap, so the trees have some: the verified paths reach the record
                 assert sum(drafter.acceptance.bin_seen) > 0 and drafter.acceptance.top_seen > 0
 

@@ -33,7 +33,7 @@ from ..drafters.adaptive_policy import StepCosts
 from ..validate import as_int
 from .structure import Expand, TokenTree, _level
 
-__all__ = ["AdaptiveTree", "TreeAcceptance", "best_node_count", "build_adaptive_tree", "describe_choices"]
+__all__ = ["AdaptiveTree", "TreeAcceptance", "best_node_count", "build_adaptive_tree", "describe_choices", "explain_step"]
 
 
 @dataclass(frozen=True)
@@ -166,7 +166,8 @@ def best_node_count(values: list[float], costs: StepCosts, spent: float = 0.0, c
 def build_adaptive_tree(spec: AdaptiveTree, root_token: int, expand: Expand, chain: list[int], acc: TreeAcceptance,
                         log: Counter | None = None) -> TokenTree:
     """The tree ``spec`` drafts below ``root_token`` given what the run has seen (``acc``); ``chain``: the lookup's
-    continuation.  ``log`` (optional) counts the chosen (depth, nodes)."""
+    continuation.  ``log`` (optional) counts the chosen (depth, nodes).  The tree's ``why`` holds the numbers behind
+    the choice (:func:`explain_step` words them)."""
     costs = spec.costs
     tree = TokenTree(root_token, "distinct")
     tree.edge_q, tree.edge_lookup, tree.edge_rank = {}, {}, {}
@@ -176,6 +177,8 @@ def build_adaptive_tree(spec: AdaptiveTree, root_token: int, expand: Expand, cha
             tree.edge_lookup[v] = j
     frontier, spent = [0], costs.draft_first  # the root's law: paid whatever the tree
     val: list[float] = []  # the nodes' values, set after each level is drafted
+    stopped: tuple | None = None  # why no further level was drafted: (gain, seconds more) of the level refused
+    levels = 0
     for level in range(spec.depth):
         if level > 0:  # each level below the root's children costs one more draft forward
             order = sorted(range(1, tree.size), key=lambda v: (-val[v], tree.depths[v], v))
@@ -187,8 +190,10 @@ def build_adaptive_tree(spec: AdaptiveTree, root_token: int, expand: Expand, cha
             more = costs.T(1 + min(n + spec.topk, spec.node_budget)) - costs.T(1 + n)
             if gain <= 0 or (1 + sum(val[v] for v in order[:n]) + gain) / (spent + step + costs.T(1 + n) + more
                                                                           + costs.overhead) <= rate:
+                stopped = (gain, step + more)
                 break
             spent += step
+        levels += 1
         logits, ids = _level(expand(tree, frontier))  # [F, V] or [F, N] (-inf elsewhere)
         q = torch.softmax(logits.double(), dim=-1)  # [F, V or N]
         top = q.topk(min(spec.topk, q.shape[-1]), dim=-1)  # [F, topk]
@@ -204,8 +209,14 @@ def build_adaptive_tree(spec: AdaptiveTree, root_token: int, expand: Expand, cha
         val = _values(tree, acc)  # the tree as it now stands: read by the next level's test and by the final cut
         frontier = sorted(new, key=lambda v: (-val[v], v))[: spec.topk]  # the beam: best path values
     order = sorted(range(1, tree.size), key=lambda v: (-val[v], tree.depths[v], v))
-    n, _ = best_node_count([val[v] for v in order], costs, spent, spec.node_budget)
+    values = [val[v] for v in order]
+    n, rate = best_node_count(values, costs, spent, spec.node_budget)
     kept = tree.prune(order[:n])
+    m = n or max(range(1, min(len(values), spec.node_budget) + 1), default=0,  # a plain step: the best tree refused
+                 key=lambda k: (1 + sum(values[:k])) / (spent + costs.T(1 + k) + costs.overhead))
+    kept.why = dict(levels=levels, drafted=tree.size - 1, n=n, m=m, expected=1 + sum(values[:m]), spent=spent,
+                    T=costs.T(1 + m), overhead=costs.overhead, plain=1 / (spent + costs.T(1) + costs.overhead),
+                    rate=rate, stopped=stopped)
     old = list(kept.source)
     where = {s: v for v, s in enumerate(tree.source)}
     kept.edge_q = {i: tree.edge_q[where[s]] for i, s in enumerate(old) if where[s] in tree.edge_q}
@@ -215,6 +226,29 @@ def build_adaptive_tree(spec: AdaptiveTree, root_token: int, expand: Expand, cha
         log[(kept.depth, kept.size - 1)] += 1
     kept.lookup_nodes = {v for v in kept.edge_lookup if v not in kept.edge_q}
     return kept
+
+
+def explain_step(why: dict) -> str:
+    """One step's choice in words, from a tree's ``why`` (:func:`build_adaptive_tree`)."""
+    w, ms = why, lambda x: f"{1e3 * x:.1f} ms"  # noqa: E731
+    secs = w["spent"] + w["T"] + w["overhead"]
+    nodes = f"{w['m']} node{'s' if w['m'] != 1 else ''}"
+    tree = (f"{nodes}: {w['expected']:.2f} expected tokens in {ms(secs)} (drafting {ms(w['spent'])}, "
+            f"T({w['m'] + 1}) {ms(w['T'])}, overhead {ms(w['overhead'])}) = {w['expected'] / secs:.0f} tokens/s")
+    plain = f"a plain step's {w['plain']:.0f} tokens/s"
+    if w["n"] == 0:
+        if not w["m"]:
+            return f"no node: nothing was drafted beside the root ({plain})"
+        return f"no node: the best tree, {tree}, is slower than {plain}"
+    drafted = f"{w['levels']} draft level{'s' if w['levels'] != 1 else ''}"
+    if w["stopped"] is None:
+        deeper = f"{drafted}, the most allowed"
+    elif w["stopped"][0] <= 0:
+        deeper = f"{drafted}; another could add nothing"
+    else:
+        deeper = (f"{drafted}; another would add {w['stopped'][0]:.2f} expected tokens for {ms(w['stopped'][1])} "
+                  f"more, below the rate in hand")
+    return f"kept {w['n']} of {w['drafted']} drafted nodes ({deeper}): {tree}, against {plain}"
 
 
 def describe_choices(choices: Counter) -> str:

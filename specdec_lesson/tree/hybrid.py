@@ -30,7 +30,7 @@ import torch
 
 from ..drafters.lookup import PromptLookupDrafter
 from ..sampling import SamplingConfig
-from .adaptive import AdaptiveTree, TreeAcceptance, build_adaptive_tree
+from .adaptive import AdaptiveTree, TreeAcceptance, build_adaptive_tree, explain_step
 from .structure import DynamicTree, Expand, StaticTree, TokenTree, build_tree, expand_of
 
 __all__ = ["HybridTree", "HybridTreeDrafter", "build_hybrid_tree"]
@@ -115,6 +115,7 @@ class HybridTreeDrafter:
         # over to the next generation of the same drafter, as the chain's AdaptiveDrafter does
         self.acceptance: TreeAcceptance | None = None
         self.choices: Counter = Counter()
+        self.why: dict[str, tuple[int, dict]] = {}  # the latest step of each kind ("plain", "tree"): (step, numbers)
 
     @property
     def forwards(self) -> int:  # draft model forwards
@@ -143,10 +144,17 @@ class HybridTreeDrafter:
             if self.acceptance is None:
                 self.acceptance = spec.start()
             tree = build_adaptive_tree(spec, root_token, self.tree_expand_subset, chain, self.acceptance, self.choices)
+            self.why["tree" if tree.why["n"] else "plain"] = (sum(self.choices.values()), tree.why)
         else:
             tree = build_hybrid_tree(spec, root_token, self.tree_expand_subset, chain, sampling, generator)
         self.lookup_steps += bool(tree.lookup_nodes)
         return tree
+
+    def explain(self) -> str:
+        """Why the adaptive tree chose what it did: the latest step that kept nodes and the latest plain step, with
+        the numbers of the rule (expected tokens per second of the tree kept, against a plain step)."""
+        return "\n".join(f"  e.g. step {step}: {explain_step(why)}" for _, (step, why) in sorted(self.why.items(),
+                                                                                               reverse=True))
 
     def commit_tree(self, tree: TokenTree, path: list[int], next_token: int, target_hidden: torch.Tensor | None) -> None:
         self.lookup_tokens += sum(v in tree.lookup_nodes for v in path)
