@@ -17,11 +17,12 @@ import torch
 from test_hybrid import _eagle
 
 from specdec_lesson.drafters import EagleDrafter, HybridDrafter, ModelDrafter, noisy_copy
+from specdec_lesson.drafters.adaptive_policy import StepCosts
 from specdec_lesson.models import tiny_llama
 from specdec_lesson.sampling import logits_to_probs
 from specdec_lesson.speculative import speculative_generate
 from specdec_lesson.stats import chi_square_power, chi_square_test, min_noncentrality
-from specdec_lesson.tree import DynamicTree, StaticTree, tree_generate
+from specdec_lesson.tree import AdaptiveTree, DynamicTree, HybridTreeDrafter, StaticTree, tree_generate
 
 LEVEL = 1e-3
 
@@ -191,4 +192,32 @@ def test_tree_law(spec):
         deep += stats.accept_hist[2]
         second_step += stats.row_steps > 1
     assert deep > 60 and second_step > 60  # depth-2 acceptances and steps after a rejection both occur
+    _check(counts, law, tv=0.1)
+
+
+def test_adaptive_tree_law():
+    """tree_generate at T = 1 with an AdaptiveTree (draft candidates and a grafted prompt-lookup chain, sized per step)
+    and one HybridTreeDrafter for 50 calls in a row, so its acceptance record learns across calls and each call's
+    trees depend on the samples before it: each sample must still follow the target's law.  V = 4, a prompt whose last
+    2-gram appeared before (the lookup grafts from the first step), first 2 tokens (16 outcomes), N = 1,200 calls;
+    level 1e-3; power >= 0.9 against TV 0.1 (asserted).  The trees vary (four shapes or more, lookup-only nodes on
+    hundreds of steps, depth-2 acceptances), so the law is checked across the choices; with a rejected child
+    left in the residual (planted in tree/verify.py's distinct rule), the same run fails."""
+    target = tiny_llama(vocab_size=4, hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, seed=3)
+    draft = noisy_copy(target, 0.2, 5, relative=False)
+    spec = AdaptiveTree(StepCosts.linear(1.0, 1.05, 0.01, 0.01), depth=2, topk=2, node_budget=4, lookup_len=3, min_tokens=1)
+    prompt = [1, 2, 3, 1, 2]
+    law = exact_law(target, prompt, 2)
+    g = torch.Generator().manual_seed(16)
+    counts, deep, shapes, lookup_steps = Counter(), 0, Counter(), 0
+    for i in range(1200):
+        if i % 50 == 0:  # a fresh record every 50 calls: learning from scratch again (a settled record picks one shape)
+            drafter = HybridTreeDrafter(ModelDrafter(draft))
+        out, stats = tree_generate(target, drafter, [prompt], 2, tree=spec, temperature=1.0, generator=g)
+        counts[tuple(out[0].tolist())] += 1
+        deep += stats.accept_hist[2]
+        if i % 50 == 49:
+            shapes.update(drafter.choices)
+            lookup_steps += drafter.lookup_steps
+    assert len(shapes) >= 4 and lookup_steps > 300 and deep > 30, (shapes, lookup_steps, deep)
     _check(counts, law, tv=0.1)
