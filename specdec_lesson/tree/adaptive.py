@@ -235,7 +235,7 @@ def explain_step(why: dict) -> str:
     nodes = f"{w['m']} node{'s' if w['m'] != 1 else ''}"
     tree = (f"{nodes}: {w['expected']:.2f} expected tokens in {ms(secs)} (drafting {ms(w['spent'])}, "
             f"T({w['m'] + 1}) {ms(w['T'])}, overhead {ms(w['overhead'])}) = {w['expected'] / secs:.0f} tokens/s")
-    plain = f"a plain step's {w['plain']:.0f} tokens/s"
+    plain = f"{w['plain']:.0f} tokens/s for the root alone (1 token in {ms(1 / w['plain'])})"
     if w["n"] == 0:
         if not w["m"]:
             return f"no node: nothing was drafted beside the root ({plain})"
