@@ -115,7 +115,7 @@ class HybridTreeDrafter:
         # over to the next generation of the same drafter, as the chain's AdaptiveDrafter does
         self.acceptance: TreeAcceptance | None = None
         self.choices: Counter = Counter()
-        self.why: dict[str, tuple[int, dict]] = {}  # the latest step of each kind ("plain", "tree"): (step, numbers)
+        self.why: dict[str, tuple[int, dict]] = {}  # the latest step of each kind ("plain", "tree"): (step, tree.why)
 
     @property
     def forwards(self) -> int:  # draft model forwards
@@ -151,8 +151,9 @@ class HybridTreeDrafter:
         return tree
 
     def explain(self) -> str:
-        """Why the adaptive tree chose what it did: the latest step that kept nodes and the latest plain step, with
-        the numbers of the rule (expected tokens per second of the tree kept, against a plain step)."""
+        """Why the adaptive tree chose what it did: the latest step that kept nodes and the latest step that kept none
+        (counted over every generation of this drafter), with the numbers of the rule (expected tokens per second of
+        the tree kept, against the root alone)."""
         return "\n".join(f"  e.g. step {step}: {explain_step(why)}" for _, (step, why) in sorted(self.why.items(),
                                                                                                reverse=True))
 
