@@ -1,4 +1,4 @@
-"""The first cell of every notebook: seed everything, pick the Triton mode, set plotly's renderer.
+"""The first cell of every notebook: seed everything, pick the Triton mode, set plotly's renderer, word warnings.
 
 Usage (first code cell)::
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import random
+import warnings
 
 import torch
 
@@ -21,7 +22,9 @@ __all__ = ["setup"]
 def setup(seed: int = 0, *, threads: int | None = None) -> torch.Generator:
     """Seed python/numpy/torch once, set ``TRITON_INTERPRET=1`` when there is no CUDA (must
     happen before triton is imported), use plotly's ``plotly_mimetype`` renderer (plain JSON
-    outputs, no random ids), and return a seeded ``torch.Generator``.
+    outputs, no random ids), show warnings as one line, "UserWarning: message", without the file path
+    and source line of the code that raised them (a committed notebook then holds no path of the
+    machine that ran it), and return a seeded ``torch.Generator``.
 
     Both arguments are checked before anything is set (a ValueError names the bad one): ``seed`` an
     int >= 0 (numpy takes it modulo 2**32), ``threads`` None or an int in 1..os.cpu_count() (a huge
@@ -48,5 +51,10 @@ def setup(seed: int = 0, *, threads: int | None = None) -> torch.Generator:
         pio.renderers.default = "plotly_mimetype"
     except ImportError:  # pragma: no cover - plotly is a course dependency
         pass
+    warnings.formatwarning = _one_line
     gen = torch.Generator().manual_seed(seed)
     return gen
+
+
+def _one_line(message, category, filename, lineno, line=None) -> str:
+    return f"{category.__name__}: {message}\n"

@@ -9,6 +9,7 @@ import os
 import random
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -161,13 +162,23 @@ def test_setup_checks_before_acting(kw, fragment):
 
 
 def test_setup_good_arguments():
-    threads = torch.get_num_threads()
+    threads, fmt = torch.get_num_threads(), warnings.formatwarning
     try:
         g = setup(seed=2**40, threads=1)  # above numpy's 2**32 limit: numpy gets it modulo 2**32
         assert torch.get_num_threads() == 1 and g.initial_seed() == 2**40
         assert setup(seed=0).initial_seed() == 0 and os.environ.get("TRITON_INTERPRET") in ("1", None)
     finally:
         torch.set_num_threads(threads)
+        warnings.formatwarning = fmt
+
+
+def test_setup_words_warnings_without_this_machines_paths():
+    """A notebook's stored outputs must not carry the path of the machine that ran it: after setup, a warning is
+    one line, its category and message (a fresh interpreter: pytest shows warnings its own way)."""
+    code = ("import warnings\nfrom specdec_lesson.notebook import setup\nsetup(seed=0)\n"
+            "warnings.warn('the probe was noisy', UserWarning, stacklevel=1)\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and run.stderr == "UserWarning: the probe was noisy\n", run.stderr
 
 
 # ------------------------------------------------------------------------ benchmark: paths, files, Ctrl-C
