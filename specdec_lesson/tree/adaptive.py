@@ -153,14 +153,23 @@ def best_node_count(values: list[float], costs: StepCosts, spent: float = 0.0, c
     (default all), maximising the expected tokens per second (1 + the n values' sum) / (``spent`` + T(1 + n) +
     overhead): the root is always scored, and every step emits one token of the target's own besides the accepted
     nodes.  Ties go to the smaller n."""
+    rates = _rates(values, costs, spent, cap)
+    best = _best(rates)
+    return best, rates[best]
+
+
+def _best(rates: list[float]) -> int:
+    return max(range(len(rates)), key=lambda n: (rates[n], -n))  # ties: the smaller n
+
+
+def _rates(values: list[float], costs: StepCosts, spent: float, cap: int | None) -> list[float]:
+    """The expected tokens per second of verifying the n best nodes, for n = 0..min(cap, len(values))."""
     cap = len(values) if cap is None else min(cap, len(values))
-    best, best_rate, total = 0, 1.0 / (spent + costs.T(1) + costs.overhead), 1.0
+    rates, total = [1.0 / (spent + costs.T(1) + costs.overhead)], 1.0
     for n, v in enumerate(values[:cap], start=1):
         total += v
-        rate = total / (spent + costs.T(1 + n) + costs.overhead)
-        if rate > best_rate:
-            best, best_rate = n, rate
-    return best, best_rate
+        rates.append(total / (spent + costs.T(1 + n) + costs.overhead))
+    return rates
 
 
 def build_adaptive_tree(spec: AdaptiveTree, root_token: int, expand: Expand, chain: list[int], acc: TreeAcceptance,
@@ -210,13 +219,12 @@ def build_adaptive_tree(spec: AdaptiveTree, root_token: int, expand: Expand, cha
         frontier = sorted(new, key=lambda v: (-val[v], v))[: spec.topk]  # the beam: best path values
     order = sorted(range(1, tree.size), key=lambda v: (-val[v], tree.depths[v], v))
     values = [val[v] for v in order]
-    n, rate = best_node_count(values, costs, spent, spec.node_budget)
+    rates = _rates(values, costs, spent, spec.node_budget)
+    n = _best(rates)  # best_node_count's choice
     kept = tree.prune(order[:n])
-    m = n or max(range(1, min(len(values), spec.node_budget) + 1), default=0,  # a plain step: the best tree refused
-                 key=lambda k: (1 + sum(values[:k])) / (spent + costs.T(1 + k) + costs.overhead))
+    m = n or max(range(1, len(rates)), key=rates.__getitem__, default=0)  # a plain step: the best tree it refused
     kept.why = dict(levels=levels, drafted=tree.size - 1, n=n, m=m, expected=1 + sum(values[:m]), spent=spent,
-                    T=costs.T(1 + m), overhead=costs.overhead, plain=1 / (spent + costs.T(1) + costs.overhead),
-                    rate=rate, stopped=stopped)
+                    T=costs.T(1 + m), overhead=costs.overhead, plain=rates[0], rate=rates[n], stopped=stopped)
     old = list(kept.source)
     where = {s: v for v, s in enumerate(tree.source)}
     kept.edge_q = {i: tree.edge_q[where[s]] for i, s in enumerate(old) if where[s] in tree.edge_q}
