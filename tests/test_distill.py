@@ -204,3 +204,35 @@ def test_shipped_draft_greedy_exact_on_real_target():
     assert all(torch.equal(a, b) for a, b in zip(ref, out))
     assert stats.alpha > 0.05  # accepted / proposed at k=4; a random draft over 49152 tokens accepts ~0
 
+
+
+def test_widened_mlp_computes_the_same_function_and_trains_from_a_narrower_init(fast_data, tmp_path):
+    """``widen_mlp_state`` grows the draft's MLP with units whose output starts at zero: the widened draft's unrolled
+    predictions equal the narrow one's (fp32 sums in another order: within 1e-5); ``run_train(intermediate=...)``
+    starts from a narrower ``init`` that way, and the wider shape is what it trains and records."""
+    from specdec_lesson.drafters.eagle_model import widen_mlp_state
+
+    target = tiny_llama(vocab_size=96, hidden_size=32, num_layers=2, seed=0, dtype=torch.float32)
+    narrow = _tiny_draft(target)
+    cfg = EagleConfig(narrow.cfg, intermediate=3 * narrow.cfg["intermediate"])
+    wide = EagleDraft(cfg, *_target_tables(target), d2t=narrow.d2t).eval()
+    state = widen_mlp_state(narrow.state_dict(), cfg["intermediate"], torch.Generator().manual_seed(1))
+    wide.load_state_dict(state)
+    with torch.no_grad():
+        wide.head.copy_(narrow.head)
+    g = torch.Generator().manual_seed(2)
+    feats, tokens = torch.randn(2, 9, 32, generator=g), torch.randint(0, 96, (2, 9), generator=g)
+    with torch.no_grad():
+        for a, b in zip(narrow.forward_train(feats, tokens, 3), wide.forward_train(feats, tokens, 3)):
+            torch.testing.assert_close(b, a, atol=1e-5, rtol=0)
+    assert state["gate_up.weight"][narrow.cfg["intermediate"]:2 * narrow.cfg["intermediate"]].abs().sum() > 0
+    with pytest.raises(ValueError, match="cannot narrow"):
+        widen_mlp_state(state, narrow.cfg["intermediate"], torch.Generator())
+
+    kw = dict(total_steps=4, budget=256, lr=3e-3, n_sub=64, unroll=2, fast=True, progress=False, ckpt_every=2, val_every=2)
+    small = run_train(_copy_data(fast_data, tmp_path / "narrow"), **kw)
+    init = tmp_path / "narrow" / "ckpts" / "draft_000004.pt"
+    inter = small["draft"].cfg["intermediate"]
+    res = run_train(_copy_data(fast_data, tmp_path / "wide"), init=init, intermediate=2 * inter, **kw)
+    assert res["model"]["down.weight"].shape[1] == 2 * inter and res["draft"].cfg["intermediate"] == 2 * inter
+    assert torch.load(tmp_path / "wide" / "ckpt.pt")["made"]["intermediate"] == 2 * inter

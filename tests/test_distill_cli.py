@@ -149,6 +149,8 @@ def test_cli_export_refuses_a_fast_checkpoint_and_a_missing_step(fast_data, tmp_
     (["export", "--k", "0"], "--k must be"),
     (["train", "--decay", "0"], "--decay must be > 0.0"),
     (["train", "--aux-layers", "2,15"], "--aux-layers applies to --arch eagle3 only"),
+    (["train", "--arch", "eagle3", "--intermediate", "64"], "--intermediate applies to --arch eagle only"),
+    (["train", "--intermediate", "0"], "--intermediate must be"),
     (["train", "--arch", "eagle3", "--aux-layers", "0,3"], "--aux-layers must be layer indices >= 1"),
     (["train", "--arch", "eagle3", "--aux-layers", "none"], "an eagle3 draft needs fused layers"),
     (["train", "--init", "/nonexistent/draft"], "--init /nonexistent/draft does not exist"),

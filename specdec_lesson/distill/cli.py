@@ -19,27 +19,25 @@ mix      the target's answers (greedy, 1 in 3 at T=0.7) to a mixture of template
          and math prompts, as token ids in shards ``specdec_lesson/data/mixture/mix_<seed>_<nnn>.npz``
          (``distill.mixture``); resumable, deterministic from ``--seed``, finished shards never overwritten.
 
-How each stage of the shipped draft (stage 7) was made: stages 1-2 in ``distill.train``'s docstring, 3-7 in mixture's.
-Every file is written to a temporary name and renamed when complete (``atomic_save``), so an
-interrupted run never leaves a shard or checkpoint that passes for complete; rerunning the same
-command resumes: ``gen`` skips finished shards, ``train`` restarts from the last checkpoint (model,
-optimizer, step; the data order is a function of the seed and epoch), and gives the same result as an
-uninterrupted run when the data did not change meanwhile.  ``--fast`` runs the whole pipeline on a tiny
-random target in seconds (the tests use it).  A checkpoint records the settings that made it (``--fast``,
-``--n-sub``, ``--budget``, ``--lr``, ``--unroll``, ``--seed``); a resume with other ones is refused, naming them.
+How each stage of the shipped draft (stage 7) was made: stages 1-2 in ``distill.train``'s docstring, 3-7 in mixture's. Every
+file is written to a temporary name and renamed when complete (``atomic_save``), so an interrupted run never leaves a shard or
+checkpoint that passes for complete; rerunning the same command resumes: ``gen`` skips finished shards, ``train`` restarts
+from the last checkpoint (model, optimizer, step; the data order is a function of the seed and epoch), and gives the same
+result as an uninterrupted run when the data did not change meanwhile. ``--fast`` runs the whole pipeline on a tiny random
+target in seconds (the tests use it). A checkpoint records the settings that made it (``--fast``, ``--n-sub``, ``--budget``,
+``--lr``, ``--unroll``, ``--seed``, ``--intermediate``); a resume with other ones is refused, naming them.
 
 Files the package ships (``specdec_lesson/data``) are never written by default: ``answers`` writes
-``runs/distill/answers.npz`` unless ``--file`` says otherwise, and replaces an existing finished file, or writes
-inside the package, only with ``--force`` (resuming from its ``.partial.npz`` needs none); ``export`` and
-``resubset`` rewrite the shipped draft only with ``--force``, after copying the files they replace to
-``<--out>/export-backup-<time>/`` or ``<--out>/resubset-backup-<time>/`` (or write the draft to ``--dest DIR``, where
-an existing draft is replaced only with ``--force`` too; ``resubset --src DIR`` re-heads a draft other than the
-shipped one).  ``train`` removes the temporary files of a killed run.
+``runs/distill/answers.npz`` unless ``--file`` says otherwise, and replaces an existing finished file, or writes inside the
+package, only with ``--force`` (resuming from its ``.partial.npz`` needs none); ``export`` and ``resubset`` rewrite the
+shipped draft only with ``--force``, after copying the files they replace to ``<--out>/export-backup-<time>/`` or
+``<--out>/resubset-backup-<time>/`` (or write the draft to ``--dest DIR``, where an existing draft is replaced only with
+``--force`` too; ``resubset --src DIR`` re-heads a draft other than the shipped one). ``train`` removes the temporary files of
+a killed run.
 
-Bad input (a flag out of range, ``train`` before ``gen``, an unreadable shard or checkpoint, a folder that
-cannot be written, a file that would be replaced without ``--force``) prints one
-``python -m specdec_lesson.distill: error: ...`` line and exits with status 2, before the target is loaded where it
-can be known then; Ctrl-C prints one line (exit 130) and keeps every
+Bad input (a flag out of range, ``train`` before ``gen``, an unreadable shard or checkpoint, a folder that cannot be written,
+a file that would be replaced without ``--force``) prints one ``python -m specdec_lesson.distill: error: ...`` line and exits
+with status 2, before the target is loaded where it can be known then; Ctrl-C prints one line (exit 130) and keeps every
 finished shard and checkpoint.
 """
 
@@ -109,6 +107,7 @@ def _parser() -> OneLineParser:
     t.add_argument("--decay", type=float, default=0.8, help="weight decay**s of unrolled step s's loss")
     t.add_argument("--init", type=Path, default=None, help="start from this draft folder or draft_*.pt (same arch)")
     t.add_argument("--bf16", action="store_true", help="bfloat16 autocast (fp32 weights): about 2.5x faster on AVX512-BF16")
+    t.add_argument("--intermediate", type=int, default=None, help="the draft's MLP width (default: the target's; --init widened)")
     h = sub.add_parser("heldout", help="target greedy outputs on evaluation prompts (offline alpha only)")
     h.add_argument("--out", type=Path, default=Path("runs/distill"))
     h.add_argument("--n-code", type=int, default=12)
@@ -211,14 +210,16 @@ def _check(a) -> None:
         pos("shard_size")
         pos("max_shards", True)
     elif a.cmd == "train":
-        for name in ("steps", "budget", "n_sub", "unroll", "ckpt_every", "val_every"):
-            pos(name)
+        for name in ("steps", "budget", "n_sub", "unroll", "ckpt_every", "val_every", "intermediate"):
+            pos(name, name == "intermediate")
         check_float(a.lr, "--lr", lo=0.0, lo_open=True)
         check_float(a.decay, "--decay", lo=0.0, hi=1.0, lo_open=True)
         if a.init is not None and not a.init.exists():
             raise UsageError(f"--init {a.init} does not exist: pass a draft folder (e.g. specdec_lesson/data) or a draft_*.pt")
         if a.aux_layers is not None and a.arch != "eagle3":
             raise UsageError("--aux-layers applies to --arch eagle3 only")
+        if a.intermediate is not None and a.arch != "eagle":
+            raise UsageError("--intermediate applies to --arch eagle only")
         if not shard_paths(a.out):
             raise UsageError(f"no teacher data under {a.out / 'data'} (no shard_*.pt): run gen (or corpus) with "
                              f"--out {a.out} first")
@@ -327,12 +328,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(a) -> None:
     t0 = time.time()
-    if a.cmd == "gen":
-        n = run_gen(a.out, a.n_code, a.n_math, a.batch, a.max_new, a.seed, a.worker, a.workers, a.sample_every, a.fast,
-                    max_shards=a.max_shards)
-        print(json.dumps({"shards_written": n, "seconds": round(time.time() - t0, 1)}))
-    elif a.cmd == "corpus":
-        n = run_corpus(a.out, a.n, a.seed, a.shard_size, fast=a.fast, max_shards=a.max_shards)
+    if a.cmd in ("gen", "corpus"):
+        n = (run_gen(a.out, a.n_code, a.n_math, a.batch, a.max_new, a.seed, a.worker, a.workers, a.sample_every, a.fast,
+                     max_shards=a.max_shards) if a.cmd == "gen"
+             else run_corpus(a.out, a.n, a.seed, a.shard_size, fast=a.fast, max_shards=a.max_shards))
         print(json.dumps({"shards_written": n, "seconds": round(time.time() - t0, 1)}))
     elif a.cmd == "features":
         from ..drafters.eagle3 import default_aux_layers
@@ -392,7 +391,8 @@ def _run(a) -> None:
         print(f"vLLM EAGLE checkpoint written to {path} (architecture {ARCH}; bench/vllm_worker.py registers it in vLLM)")
     elif a.cmd == "train":
         res = run_train(a.out, a.steps, a.budget, a.lr, a.n_sub, a.unroll, a.seed, a.fast, a.ckpt_every, a.val_every,
-                        reload=a.reload, arch=a.arch, decay=a.decay, init=a.init, aux_layers=a.aux_layers, bf16=a.bf16)
+                        reload=a.reload, arch=a.arch, decay=a.decay, init=a.init, aux_layers=a.aux_layers, bf16=a.bf16,
+                        intermediate=a.intermediate)
         print(json.dumps({"step": res["step"], "last": res["log"][-1], "seconds": round(time.time() - t0, 1)}))
 
 

@@ -114,22 +114,31 @@ def draft_loss(model, feats, tokens, targets, weight, steps: int, reg_weight: fl
     return loss, acc
 
 
-def init_from_target(model, target) -> None:
-    """Start the draft layer from the target's LAST decoder layer (and its final norm)."""
+def init_from_target(model, target, generator: torch.Generator | None = None) -> None:
+    """Start the draft layer from the target's LAST decoder layer (and its final norm); a draft with a wider MLP than
+    the target's (``--intermediate``) gets the target's units first and new ones that output zero (``widen_mlp_state``)."""
+    from ..drafters.eagle_model import widen_mlp_state
+
     layer = target.model.layers[-1]
     a, m = layer.self_attn, layer.mlp
+    mlp = {"gate_up.weight": torch.cat([m.gate_proj.weight, m.up_proj.weight], 0), "down.weight": m.down_proj.weight}
+    if model.cfg["intermediate"] != m.down_proj.weight.shape[1]:
+        mlp = widen_mlp_state(mlp, model.cfg["intermediate"], generator or torch.Generator().manual_seed(0))
     with torch.no_grad():
         model.qkv.weight.copy_(torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight], 0))
         model.o.weight.copy_(a.o_proj.weight)
-        model.gate_up.weight.copy_(torch.cat([m.gate_proj.weight, m.up_proj.weight], 0))
-        model.down.weight.copy_(m.down_proj.weight)
+        model.gate_up.weight.copy_(mlp["gate_up.weight"])
+        model.down.weight.copy_(mlp["down.weight"])
         model.norm_in.copy_(layer.input_layernorm.weight)
         model.norm_mlp.copy_(layer.post_attention_layernorm.weight)
         model.norm_out.copy_(target.model.norm.weight)
 
 
-def _load_init(model, init: Path) -> None:
-    """Trained weights from a shipped draft folder (``*.safetensors``) or a ``draft_*.pt``; ValueError if they do not fit."""
+def _load_init(model, init: Path, generator: torch.Generator | None = None) -> None:
+    """Trained weights from a shipped draft folder (``*.safetensors``) or a ``draft_*.pt``; ValueError if they do not fit.
+    A draft with a narrower MLP than ``model`` is widened first (``widen_mlp_state``: the same function at step 0)."""
+    from ..drafters.eagle_model import widen_mlp_state
+
     if init.is_dir():
         from safetensors.torch import load_file as load_st
 
@@ -140,6 +149,9 @@ def _load_init(model, init: Path) -> None:
     else:
         state = load_file(init, "the --init draft", "pass a draft folder or a draft_*.pt checkpoint")
     state = {k: v.float() if v.is_floating_point() else v for k, v in state.items() if k != "d2t"}
+    inter = model.cfg.get("intermediate")
+    if "down.weight" in state and inter is not None and state["down.weight"].shape[1] < inter:
+        state = widen_mlp_state(state, inter, generator or torch.Generator().manual_seed(0))
     own = model.state_dict()
     bad = [k for k, v in state.items() if k not in own or own[k].shape != v.shape]
     bad += [k for k in own if k != "d2t" and k not in state]
@@ -204,7 +216,7 @@ def run_train(out: Path, total_steps: int, budget: int = 3072, lr: float = 6e-4,
               seed: int = 0, fast: bool = False, ckpt_every: int = 50, val_every: int = 50, progress: bool = True,
               stop_after: int | None = None, prompt_weight: float = 0.5, reload: bool = False, arch: str = "eagle",
               decay: float = 0.8, init: Path | None = None, aux_layers: tuple[int, ...] | None = None,
-              bf16: bool = False) -> dict:
+              bf16: bool = False, intermediate: int | None = None) -> dict:
     """Train (or resume) the draft on ``out/data``; checkpoint to ``out/ckpt.pt``; returns the checkpoint dict.
     A killed run's temporary checkpoint files are removed at the start (``remove_stale_temps``).
     ``stop_after`` ends the call early (as an interruption would) without changing the schedule.  ``reload``
@@ -212,7 +224,8 @@ def run_train(out: Path, total_steps: int, budget: int = 3072, lr: float = 6e-4,
     if no shard appeared meanwhile.  ``arch`` is ``"eagle"`` (last hidden state in, feature regression) or
     ``"eagle3"`` (``aux_layers`` fused, no regression); ``init`` a draft folder or ``draft_*.pt`` of the same arch
     to start from (its trained weights; the output subset is this run's).  ``bf16`` runs forward and backward under
-    bfloat16 autocast (fp32 weights and optimizer; about 2.5x faster on CPUs with AVX512-BF16 or AMX)."""
+    bfloat16 autocast (fp32 weights and optimizer; about 2.5x faster on CPUs with AVX512-BF16 or AMX).
+    ``intermediate`` sets the draft layer's MLP width (default: the target's); a narrower ``init`` is widened."""
     from tqdm import tqdm
 
     from ..drafters.eagle import EagleConfig, _target_tables, draft_class
@@ -230,6 +243,8 @@ def run_train(out: Path, total_steps: int, budget: int = 3072, lr: float = 6e-4,
             "prompt_weight": prompt_weight}
     if arch != "eagle" or decay != 0.8 or init is not None or bf16:  # recorded only when set: older checkpoints resume
         made.update(arch=arch, decay=decay, init=None if init is None else Path(init).name, bf16=bf16)
+    if intermediate is not None:
+        made["intermediate"] = intermediate
     ckpt = load_file(ckpt_path, "the checkpoint", "delete it to train again from step 0") if ckpt_path.exists() else None
     if ckpt is not None:
         _check_resume(ckpt_path, ckpt, made)
@@ -249,6 +264,8 @@ def run_train(out: Path, total_steps: int, budget: int = 3072, lr: float = 6e-4,
     eos = target.config.eos_token_id if target.config.eos_token_id is not None else 2
     d2t = ckpt["d2t"] if ckpt else choose_subset(train, n_sub, V, always=(eos,))
     cfg = eagle3_config(target, len(d2t), aux_layers) if arch == "eagle3" else EagleConfig.from_target(target, len(d2t))
+    if intermediate is not None:
+        cfg["intermediate"] = intermediate
     model = draft_class(cfg)(cfg, *_target_tables(target), d2t=d2t)
     if ckpt and dict(ckpt.get("config", {})) != dict(model.cfg):  # a checkpoint from before ``made`` was recorded
         old_cfg = ckpt.get("config") or {}
@@ -256,9 +273,12 @@ def run_train(out: Path, total_steps: int, budget: int = 3072, lr: float = 6e-4,
         raise ValueError(f"{ckpt_path} was made for another target or draft shape ({diff}): probably made "
                          f"{'without' if fast else 'with'} --fast; rerun {'without' if fast else 'with'} --fast, or use "
                          "another --out (or delete it) to start over")
-    (init_eagle3_from_target if arch == "eagle3" else init_from_target)(model, target)
+    if arch == "eagle3":
+        init_eagle3_from_target(model, target)
+    else:
+        init_from_target(model, target, torch.Generator().manual_seed(seed))
     if init is not None and not ckpt:
-        _load_init(model, Path(init))
+        _load_init(model, Path(init), torch.Generator().manual_seed(seed + 1))
     inputs = "aux" if arch == "eagle3" else "feats"
     reg_weight = 0.1 if arch == "eagle" else 0.0
     params = [p for p in model.parameters() if p.requires_grad]

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["EagleConfig", "EagleDraft"]
+__all__ = ["EagleConfig", "EagleDraft", "widen_mlp_state"]
 
 class EagleConfig(dict):
     """hidden, heads, kv_heads, head_dim, intermediate, rope_theta, eps, n_sub (a JSON-able dict)."""
@@ -26,6 +26,22 @@ class EagleConfig(dict):
         theta = (getattr(c, "rope_parameters", None) or {}).get("rope_theta", getattr(c, "rope_theta", 10000.0))
         return cls(hidden=c.hidden_size, heads=c.num_attention_heads, kv_heads=c.num_key_value_heads, head_dim=hd,
                    intermediate=c.intermediate_size, rope_theta=float(theta), eps=float(c.rms_norm_eps), n_sub=n_sub)
+
+
+def widen_mlp_state(state: dict, intermediate: int, generator: torch.Generator, std: float = 0.02) -> dict:
+    """A draft's weights with its MLP widened to ``intermediate`` units and computing the same function (the growth
+    of Net2Net): the new units' gate and up rows are drawn (normal, ``std``), their ``down`` columns are zero, so their
+    output starts at zero and training decides what they add.  ``state`` holds ``gate_up.weight`` [2 I0, H] (gate rows,
+    then up rows) and ``down.weight`` [H, I0]; ValueError if ``intermediate`` < I0."""
+    gate_up, down = state["gate_up.weight"], state["down.weight"]  # [2 I0, H], [H, I0]
+    old, H = down.shape[1], down.shape[0]
+    if intermediate < old:
+        raise ValueError(f"cannot narrow the draft's MLP from {old} to {intermediate} units; pass --intermediate >= {old}")
+    extra = intermediate - old
+    new_rows = torch.randn(2, extra, H, generator=generator, dtype=torch.float32).to(gate_up.dtype) * std  # [2, I-I0, H]
+    gate, up = gate_up[:old], gate_up[old:]  # [I0, H] each
+    return {**state, "gate_up.weight": torch.cat([gate, new_rows[0], up, new_rows[1]], 0),  # [2 I, H]
+            "down.weight": torch.cat([down, down.new_zeros(H, extra)], 1)}  # [H, I]
 
 
 def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
