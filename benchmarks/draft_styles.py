@@ -87,7 +87,8 @@ def main(argv: list[str] | None = None) -> None:
         model = load_draft(target, folder)
         meta = json.loads((folder / f"{DEFAULT_DRAFT_NAME}.json").read_text())
         acc = offline_alpha(EagleDrafter(model), held, a.k)
-        res[name] = {"folder": str(folder), "n_sub": len(model.d2t), "training": training_summary(meta), "offline": acc,
+        res[name] = {"folder": str(folder), "n_sub": len(model.d2t), "mlp_width": model.cfg["intermediate"],
+                     "training": training_summary(meta), "offline": acc,
                      "weights": draft_identity(folder)}  # the sha256 that benchmark records name it by
         print(f"{name:10s} " + "  ".join(f"{s} {acc[s]['alpha_tok']:.3f}" for s in STYLES if s in acc), flush=True)
     counts = {s: sum(r.get("kind") == s for r in held) for s in STYLES}
