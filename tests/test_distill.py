@@ -236,3 +236,6 @@ def test_widened_mlp_computes_the_same_function_and_trains_from_a_narrower_init(
     res = run_train(_copy_data(fast_data, tmp_path / "wide"), init=init, intermediate=2 * inter, **kw)
     assert res["model"]["down.weight"].shape[1] == 2 * inter and res["draft"].cfg["intermediate"] == 2 * inter
     assert torch.load(tmp_path / "wide" / "ckpt.pt")["made"]["intermediate"] == 2 * inter
+    wide_init = tmp_path / "wide" / "ckpts" / "draft_000004.pt"  # continuing a wide draft without the flag: named
+    with pytest.raises(ValueError, match=f"pass --intermediate {2 * inter}"):
+        run_train(_copy_data(fast_data, tmp_path / "again"), init=wide_init, **kw)

@@ -156,7 +156,9 @@ def _load_init(model, init: Path, generator: torch.Generator | None = None) -> N
     bad = [k for k, v in state.items() if k not in own or own[k].shape != v.shape]
     bad += [k for k in own if k != "d2t" and k not in state]
     if bad:
-        raise ValueError(f"--init {init} does not fit this draft (arch {model.cfg.get('arch', 'eagle')}): {bad[:3]} differ")
+        width = state["down.weight"].shape[1] if "down.weight" in state else None
+        hint = f"; it has {width} MLP units: pass --intermediate {width}" if width not in (None, inter) else ""
+        raise ValueError(f"--init {init} does not fit this draft (arch {model.cfg.get('arch', 'eagle')}): {bad[:3]} differ{hint}")
     model.load_state_dict({**state, "d2t": model.d2t})
 
 
