@@ -256,6 +256,27 @@ def test_tune_dispatch_picks_the_faster_path_per_width(monkeypatch):
     assert res["spread"] == 0.0 and res["noisy"] is False  # identical repeats: a quiet machine
 
 
+def test_tune_dispatch_reports_each_widths_fastest_round(monkeypatch):
+    """Rounds in which a neighbour slowed the one-token forward twice out of three: the median curve would read
+    T(2) below T(1); the cost model gets each width's fastest round (profiling.probe_cost), the forward's own cost."""
+    import itertools
+
+    from specdec_lesson import profiling
+
+    model = _packed_tiny()
+    slow = itertools.cycle([3.0, 3.0, 1.0, 1.0, 3.0, 3.0])  # per call (one path, one round): width 1's slowdown
+
+    def fake_curve(m, context, repeats, ns):
+        f = next(slow)
+        return {n: 0.010 * (1 + 0.1 * (n - 1)) * (f if n == 1 else 1.0) for n in ns}
+
+    monkeypatch.setattr(profiling, "measure_verify_curve", fake_curve)
+    with pytest.warns(UserWarning):
+        res = profiling.tune_dispatch(model, widths=(1, 2), repeats=3, verbose=False)
+    assert res["best_ms"] == {1: pytest.approx(10.0), 2: pytest.approx(11.0)}
+    assert res["plain_ms"][1] == pytest.approx(10.0) and res["packed_ms"][1] == pytest.approx(10.0)
+
+
 def test_tune_dispatch_warns_when_the_machine_is_busy(monkeypatch):
     """A probe whose repeats disagree (another process on the cores) is flagged and warns; one slow repeat in
     three is not (the median survives it, and quiet machines show such outliers)."""

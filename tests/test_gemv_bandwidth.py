@@ -10,21 +10,18 @@ import sys
 from pathlib import Path
 
 import pytest
+from script_checks import refuses_to_overwrite, rejects_in_one_line
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gemv_bandwidth.py"
 
 
 @pytest.mark.parametrize("flags", [["--threads", "0"], ["--rounds", "0"]])
 def test_rejects_bad_flags_before_loading_models(flags):
-    proc = subprocess.run([sys.executable, str(SCRIPT), *flags], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and "must be positive" in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    rejects_in_one_line(SCRIPT, flags)
 
 
 def test_refuses_to_overwrite_without_force(tmp_path):
-    out = tmp_path / "r.json"
-    out.write_text("{}")
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out)], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and "--force" in proc.stderr and out.read_text() == "{}"
+    refuses_to_overwrite(SCRIPT, tmp_path)
 
 
 def test_quick_run_writes_every_figure(tmp_path):

@@ -341,6 +341,16 @@ def test_tune_lean_dispatch_picks_the_faster_weights_per_width(monkeypatch):
     assert res["plain_rows_max"] == 2 and res["best_ms"] == {1: 1e3, 2: 1e3, 3: 2e3, 4: 2e3} and not res["noisy"]
     assert lean_model(model).plain_rows_max == 2  # kept, although the model's PackedLinears say 0
 
+    def noisy(model, ns, context=128, rounds=1, warmup=True):  # a neighbour slowed one-token forwards in 2 rounds of 3
+        noisy.calls += 1
+        return {n: [(3.0 if n == 1 and noisy.calls % 3 else 1.0) * (1 + 0.1 * n)] for n in ns}
+
+    noisy.calls = 0
+    monkeypatch.setattr(lean_mod, "lean_verify_curve", noisy)
+    with pytest.warns(UserWarning):
+        res = lean_mod.tune_lean_dispatch(model, widths=(1, 2), repeats=3)
+    assert res["best_ms"] == {1: pytest.approx(1.1e3), 2: pytest.approx(1.2e3)}  # each width's fastest round
+
 
 @pytest.mark.skipif(not default_target_cache_dir().exists(), reason="default target not converted in ~/.cache/specdec_lesson")
 def test_real_target_logits_hidden_and_greedy_outputs():

@@ -24,7 +24,6 @@ the lean forward itself with both kinds of weights and keep its own threshold.
 
 from __future__ import annotations
 
-import statistics
 import time
 import warnings
 import weakref
@@ -33,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from ..fastcpu import PackedLinear, _pack, _packed_linear, _weight_key, packed_linear_available, plain_rows
-from ..profiling import NOISY_SPREAD, noisy_probe_note
+from ..profiling import NOISY_SPREAD, noisy_probe_note, probe_cost, relative_spread
 from .cache import StaticKVCache, Step
 
 __all__ = ["UnsupportedModelError", "check_supported", "LeanLlama", "lean_model", "lean_verify_curve", "tune_lean_dispatch"]
@@ -290,7 +289,8 @@ def tune_lean_dispatch(model, widths: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 8), c
     """Like ``profiling.tune_dispatch``, on the lean forward of ``model`` (whose linears must be pre-packed, else
     there is nothing to choose): sets the lean copy's ``plain_rows_max`` to the largest n such that plain weights
     are faster at every width up to n, and keeps it (``lean_model`` stops inheriting the model's threshold).
-    Returns ``{"plain_ms", "packed_ms", "plain_rows_max", "best_ms", "spread", "noisy"}`` (medians, ms)."""
+    Returns ``{"plain_ms", "packed_ms", "plain_rows_max", "best_ms", "spread", "noisy"}`` (ms, each width's the
+    fastest of the interleaved rounds: ``profiling.probe_cost``)."""
     lean = lean_model(model)
     if not lean.packed:
         return {"plain_ms": {}, "packed_ms": {}, "plain_rows_max": 0, "best_ms": {}, "spread": 0.0, "noisy": False}
@@ -302,14 +302,14 @@ def tune_lean_dispatch(model, widths: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 8), c
             lean.plain_rows_max = rows
             for n, ts in lean_verify_curve(lean, ns, context, warmup=i == 0).items():
                 runs[kind][n] += [t * 1e3 for t in ts]
-    med = {kind: {n: statistics.median(v) for n, v in d.items()} for kind, d in runs.items()}
+    med = {kind: {n: probe_cost(v) for n, v in d.items()} for kind, d in runs.items()}
     r = 0
     for n in ns:  # the widths up to r all run faster plain
         if med["plain"][n] >= med["packed"][n]:
             break
         r = n
     best = {n: min(med["plain"][n], med["packed"][n]) if n <= r else med["packed"][n] for n in ns}
-    spread = statistics.median((max(v) - min(v)) / statistics.median(v) for d in runs.values() for v in d.values())
+    spread = relative_spread(v for d in runs.values() for v in d.values())
     noisy = spread > NOISY_SPREAD
     if noisy:
         warnings.warn(f"tune_lean_dispatch: {noisy_probe_note(spread)}", stacklevel=2)
