@@ -15,7 +15,7 @@ conditions (ABBA order against drift):
 Each probe takes 12 rounds; its curve is read three ways: ``median_first``, the median of the first 3 rounds
 (``--rounds``; the probe until 2026-12-07); ``fastest_first``, their fastest (``profiling.probe_cost``); ``probe``,
 what ``lean.path.engine_verify_curve`` now reports: the fastest of the first 3 rounds, or of all 12 when those 3
-disagree or read a wider forward faster than one token (``lean.path.needs_more_rounds``).  Against a reference
+disagree or read a wider forward faster than one token (``profiling.needs_more_rounds``).  Against a reference
 curve (per width the fastest of every quiet round: 30 taken before and after, and the quiet probes' own) it reports
 per condition and reading: the curve's shape T(4)/T(1), T(9)/T(1), T(17)/T(1) over probes (median, range), how many
 probes read T(4) <= T(1), and what the adaptive tree would choose from that curve for a chain of nodes worth alpha^d
@@ -78,7 +78,7 @@ def rate(curve: dict[int, float], alpha: float, n: int) -> float:
 
 def readings(rounds: dict[int, list[float]], first: int) -> dict[str, dict[int, float]]:
     """The curve that each reading takes from one probe's ``rounds`` (``first`` of them the probe's first)."""
-    from specdec_lesson.lean.path import needs_more_rounds
+    from specdec_lesson.profiling import needs_more_rounds
 
     head = {n: ts[:first] for n, ts in rounds.items()}
     used = rounds if needs_more_rounds(head) else head
@@ -113,7 +113,7 @@ def summarise(probes: list[dict], reference: dict[int, float], first: int) -> di
 
 
 def _extended(rounds: dict[int, list[float]], first: int) -> bool:
-    from specdec_lesson.lean.path import needs_more_rounds
+    from specdec_lesson.profiling import needs_more_rounds
 
     return needs_more_rounds({n: ts[:first] for n, ts in rounds.items()}) is not None
 

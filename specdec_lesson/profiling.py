@@ -24,7 +24,7 @@ import torch
 
 __all__ = [
     "crop_to", "measure_bandwidth", "measure_matmul_flops", "measure_verify_curve", "measure_framework_overhead", "wall_ms",
-    "count_parameters", "tune_dispatch", "noisy_probe_note", "probe_cost", "relative_spread",
+    "count_parameters", "tune_dispatch", "noisy_probe_note", "probe_cost", "relative_spread", "needs_more_rounds",
 ]
 
 
@@ -132,10 +132,11 @@ def crop_to(cache, length: int) -> None:
 def probe_cost(rounds: Iterable[float]) -> float:
     """The cost that a probe feeding the cost model reports for one forward width: the FASTEST of its interleaved
     rounds, not their median.  What another process does to a forward on a shared machine only ever adds time, so
-    the fastest round is the best estimate of the forward's own cost; the median of 3 rounds follows the noise
-    (`benchmarks/results/probe_noise_*.json`: with a neighbour on one core the median curve read T(4) at or below
-    T(1) in some probes, which made every tree look free, while the fastest rounds kept the quiet curve's shape).
-    Benchmarks that report a speed keep the median of their interleaved repeats."""
+    the fastest round is the best estimate of the forward's own cost.  Measured with a neighbour streaming memory on
+    one core (``benchmarks/results/probe_noise_amd_f26_m2.json``, 12 probes): T(4)/T(1) read 0.50-2.58 by the median
+    of 3 rounds, 0.90-2.46 by their fastest, 0.96-1.30 by the fastest once the probe takes more rounds when the
+    first ones disagree (:func:`needs_more_rounds`; quiet reference 1.12).  Benchmarks that report a speed keep the
+    median of their interleaved repeats."""
     return min(rounds)
 
 
@@ -143,6 +144,22 @@ def relative_spread(rounds: Iterable[Sequence[float]]) -> float:
     """How much a probe's repeats disagree: the median over its widths (and paths) of (slowest - fastest) / median of
     that width's rounds.  About 0.02-0.03 on a quiet 2-core machine; above ``NOISY_SPREAD`` the probe is noisy."""
     return statistics.median((max(v) - min(v)) / statistics.median(v) for v in rounds)
+
+
+NOISY_SPREAD = 0.15  # median relative spread of the probe's repeats above which tune_dispatch warns
+DIP = 0.98  # a wider forward's fastest round below this times T(1)'s: the one-token rounds were slowed, probe more
+
+
+def needs_more_rounds(times: dict[int, list[float]]) -> str | None:
+    """Why a verify-curve probe's rounds ``{n: [seconds per round]}`` cannot be trusted yet (None: they can): they
+    disagree (``profiling.relative_spread`` above ``NOISY_SPREAD``), or a wider forward's fastest round is under
+    ``DIP`` times the one-token forward's."""
+    spread = relative_spread(times.values())
+    if spread > NOISY_SPREAD:
+        return f"varied by {spread:.0%} (a quiet machine: 2-3%)"
+    if 1 in times and any(probe_cost(ts) < DIP * probe_cost(times[1]) for n, ts in times.items() if n > 1):
+        return "read a wider forward faster than one token"
+    return None
 
 
 def measure_verify_curve(
@@ -203,9 +220,6 @@ def measure_framework_overhead(
 
     model = tiny_llama(vocab_size=64, hidden_size=16, num_layers=num_layers, num_heads=2, num_kv_heads=1, dtype=dtype)
     return measure_verify_curve(model, context=context, repeats=repeats, ns=[1])[1]
-
-
-NOISY_SPREAD = 0.15  # median relative spread of the probe's repeats above which tune_dispatch warns
 
 
 def noisy_probe_note(spread: float) -> str:

@@ -351,6 +351,16 @@ def test_tune_lean_dispatch_picks_the_faster_weights_per_width(monkeypatch):
         res = lean_mod.tune_lean_dispatch(model, widths=(1, 2), repeats=3)
     assert res["best_ms"] == {1: pytest.approx(1.1e3), 2: pytest.approx(1.2e3)}  # each width's fastest round
 
+    def dipping(model, ns, context=128, rounds=1, warmup=True):  # the first 3 rounds' one-token forwards all slowed
+        dipping.calls += 1
+        return {n: [(1.5 if n == 1 and dipping.calls <= 6 else 1.0) * (1 + 0.1 * n)] for n in ns}
+
+    dipping.calls = 0
+    monkeypatch.setattr(lean_mod, "lean_verify_curve", dipping)
+    res = lean_mod.tune_lean_dispatch(model, widths=(1, 2, 4), repeats=3)  # no spread: the dip asks for more rounds
+    assert dipping.calls == 2 * 12 and res["spread"] == 0.0 and not res["noisy"]
+    assert res["best_ms"] == {1: pytest.approx(1.1e3), 2: pytest.approx(1.2e3), 4: pytest.approx(1.4e3)}
+
 
 @pytest.mark.skipif(not default_target_cache_dir().exists(), reason="default target not converted in ~/.cache/specdec_lesson")
 def test_real_target_logits_hidden_and_greedy_outputs():

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from ..fastcpu import PackedLinear, _pack, _packed_linear, _weight_key, packed_linear_available, plain_rows
-from ..profiling import NOISY_SPREAD, noisy_probe_note, probe_cost, relative_spread
+from ..profiling import NOISY_SPREAD, _status, needs_more_rounds, noisy_probe_note, probe_cost, relative_spread
 from .cache import StaticKVCache, Step
 
 __all__ = ["UnsupportedModelError", "check_supported", "LeanLlama", "lean_model", "lean_verify_curve", "tune_lean_dispatch"]
@@ -284,36 +284,51 @@ def lean_verify_curve(model, ns: list[int], context: int = 128, rounds: int = 1,
     return times
 
 
+def _more_rounds(runs: dict[str, dict[int, list[float]]], repeats: int, top: int) -> bool:
+    why = next((w for w in (needs_more_rounds(d) for d in runs.values()) if w), None)
+    if why:
+        _status(f"the lean forward's dispatch probe's {repeats} rounds {why}: taking {top - repeats} more and keeping "
+                "each width's fastest ...")
+    return why is not None
+
+
 def tune_lean_dispatch(model, widths: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 8), context: int = 128,
                        repeats: int = 5) -> dict:
     """Like ``profiling.tune_dispatch``, on the lean forward of ``model`` (whose linears must be pre-packed, else
     there is nothing to choose): sets the lean copy's ``plain_rows_max`` to the largest n such that plain weights
     are faster at every width up to n, and keeps it (``lean_model`` stops inheriting the model's threshold).
     Returns ``{"plain_ms", "packed_ms", "plain_rows_max", "best_ms", "spread", "noisy"}`` (ms, each width's the
-    fastest of the interleaved rounds: ``profiling.probe_cost``)."""
+    fastest of the interleaved rounds: ``profiling.probe_cost``).  ``repeats`` rounds, and 3 x repeats more when
+    either kind's rounds disagree or dip (``profiling.needs_more_rounds``), as ``lean.path.engine_verify_curve``."""
     lean = lean_model(model)
     if not lean.packed:
         return {"plain_ms": {}, "packed_ms": {}, "plain_rows_max": 0, "best_ms": {}, "spread": 0.0, "noisy": False}
     ns = sorted(set(widths))
     big = max(ns) + 1
     runs: dict[str, dict[int, list[float]]] = {"plain": {n: [] for n in ns}, "packed": {n: [] for n in ns}}
-    for i in range(repeats):  # interleaved: a slow moment of the machine hits both kinds alike
-        for kind, rows in (("plain", big), ("packed", 0)):
-            lean.plain_rows_max = rows
-            for n, ts in lean_verify_curve(lean, ns, context, warmup=i == 0).items():
-                runs[kind][n] += [t * 1e3 for t in ts]
-    med = {kind: {n: probe_cost(v) for n, v in d.items()} for kind, d in runs.items()}
+
+    def take(count: int, first: bool) -> None:
+        for i in range(count):  # interleaved: a slow moment of the machine hits both kinds alike
+            for kind, rows in (("plain", big), ("packed", 0)):
+                lean.plain_rows_max = rows
+                for n, ts in lean_verify_curve(lean, ns, context, warmup=first and i == 0).items():
+                    runs[kind][n] += [t * 1e3 for t in ts]
+
+    take(repeats, True)
+    spread = relative_spread(v for d in runs.values() for v in d.values())  # of the first rounds, as tune_dispatch's
+    if repeats > 0 and _more_rounds(runs, repeats, 4 * repeats):
+        take(3 * repeats, False)
+    cost = {kind: {n: probe_cost(v) for n, v in d.items()} for kind, d in runs.items()}
     r = 0
     for n in ns:  # the widths up to r all run faster plain
-        if med["plain"][n] >= med["packed"][n]:
+        if cost["plain"][n] >= cost["packed"][n]:
             break
         r = n
-    best = {n: min(med["plain"][n], med["packed"][n]) if n <= r else med["packed"][n] for n in ns}
-    spread = relative_spread(v for d in runs.values() for v in d.values())
+    best = {n: min(cost["plain"][n], cost["packed"][n]) if n <= r else cost["packed"][n] for n in ns}
     noisy = spread > NOISY_SPREAD
     if noisy:
         warnings.warn(f"tune_lean_dispatch: {noisy_probe_note(spread)}", stacklevel=2)
-    result = {"plain_ms": med["plain"], "packed_ms": med["packed"], "plain_rows_max": r, "best_ms": best,
+    result = {"plain_ms": cost["plain"], "packed_ms": cost["packed"], "plain_rows_max": r, "best_ms": best,
               "spread": round(spread, 4), "noisy": noisy}
     lean.plain_rows_max, lean.tuned = r, result
     return result

@@ -14,7 +14,7 @@ import torch
 from . import slots
 from .model import UnsupportedModelError, lean_model, lean_verify_curve, tune_lean_dispatch
 
-__all__ = ["uses_lean", "engine_verify_curve", "needs_more_rounds", "tune_engine_dispatch", "engine_plain_rows"]
+__all__ = ["uses_lean", "engine_verify_curve", "tune_engine_dispatch", "engine_plain_rows"]
 
 
 def uses_lean(model: torch.nn.Module, lean: bool | None = None) -> bool:
@@ -42,23 +42,6 @@ def engine_plain_rows(model: torch.nn.Module) -> int:
     return plain_rows(model)
 
 
-DIP = 0.98  # a wider forward's fastest round below this times T(1)'s: the one-token rounds were slowed, probe more
-
-
-def needs_more_rounds(times: dict[int, list[float]]) -> str | None:
-    """Why a verify-curve probe's rounds ``{n: [seconds per round]}`` cannot be trusted yet (None: they can): they
-    disagree (``profiling.relative_spread`` above ``NOISY_SPREAD``), or a wider forward's fastest round is under
-    ``DIP`` times the one-token forward's."""
-    from ..profiling import NOISY_SPREAD, probe_cost, relative_spread
-
-    spread = relative_spread(times.values())
-    if spread > NOISY_SPREAD:
-        return f"varied by {spread:.0%} (a quiet machine: 2-3%)"
-    if 1 in times and any(probe_cost(ts) < DIP * probe_cost(times[1]) for n, ts in times.items() if n > 1):
-        return "read a wider forward faster than one token"
-    return None
-
-
 def engine_verify_curve(model: torch.nn.Module, ns: list[int], context: int = 128, repeats: int = 3,
                         lean: bool | None = None, max_repeats: int | None = None) -> dict[int, float]:
     """Seconds of one forward over n new tokens (batch 1, all n logits, after a ``context``-token cache) for each n
@@ -68,8 +51,8 @@ def engine_verify_curve(model: torch.nn.Module, ns: list[int], context: int = 12
     (``profiling.relative_spread`` above ``NOISY_SPREAD``) or read a wider forward more than 2% faster than one
     token (it reads the same weights and does more work: the one-token rounds were slowed): on a busy host the
     fastest of 3 rounds can still read a flat curve, and a flat curve makes every tree look free
-    (``benchmarks/results/probe_noise_*.json``)."""
-    from ..profiling import _status, measure_verify_curve, probe_cost
+    (``benchmarks/results/probe_noise_amd_f26_m2.json``): ``profiling.needs_more_rounds``."""
+    from ..profiling import _status, measure_verify_curve, needs_more_rounds, probe_cost
 
     top = 4 * repeats if max_repeats is None else max(int(max_repeats), repeats)
     fast = uses_lean(model, lean)
