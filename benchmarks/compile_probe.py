@@ -2,9 +2,10 @@
 
 The lean forward (``specdec_lesson.lean``) runs eagerly: per layer about a dozen small ops around four matrix
 products.  Inductor (``torch.compile`` on CPU) can fuse the small ops (RMSNorm, RoPE, SiLU x up, the residual adds)
-into generated C++; the matrix products stay the library's (inductor's own C++ GEMM template needs weights frozen
-into the graph, not tried here).  This script times ONE forward over n new tokens (batch 1, after a 128-token
-cache; n = 1 is a decode step, n = K + 1 a verify) three ways, interleaved over ``--rounds`` rounds (median):
+into generated C++; in the block variants the matrix products stay the library's (inductor's own C++ GEMM template
+needs the weights frozen into the graph: the fourth variant).  This script times ONE forward over n new tokens
+(batch 1, after a 128-token cache; n = 1 is a decode step, n = K + 1 a verify) four ways, interleaved over
+``--rounds`` rounds (median):
 
 * ``lean``: the engine's own forward (``lean.model.LeanLlama``), as tuned at load (plain / pre-packed per width);
 * ``blocks-eager``: the same layer arithmetic written as two functions per layer (norm + QKV + RoPE; out projection +
@@ -12,10 +13,20 @@ cache; n = 1 is a decode step, n = K + 1 a verify) three ways, interleaved over 
 * ``blocks-compiled``: those two functions under ``torch.compile`` (inductor, static shapes: one compile per width).
 
 The attention and the static cache stay eager in both block variants, so the difference is what compiling the
-dense part buys.  It records the compile time, each variant's logits against the lean forward's (max |difference|),
+dense part buys.  A fourth variant compiles the whole forward:
+
+* ``frozen-autotuned``: :class:`FrozenForward` (the same arithmetic as one module whose weights are parameters, the
+  static cache's tensors passed in and written at a tensor of positions, attention over the cache's whole capacity
+  with a mask) under ``torch.compile`` with inductor's ``freezing`` (weights folded into the graph as constants),
+  ``max_autotune`` over its own C++ GEMM template and the library's (``CPP,ATEN``) and ``cpp_wrapper`` (no Python
+  between the kernels).  The pre-packed oneDNN weights of the lean forward cannot be traced (opaque tensors), so
+  the GEMM template is inductor's way to pack them; ``--no-frozen`` leaves it out (its compile takes minutes).
+
+It records the compile time, each variant's logits against the lean forward's (max |difference|),
 and the machine.  Needs a C++ compiler (inductor's); without one it says so and exits.
 
-    python benchmarks/compile_probe.py            # about 2 minutes on a 2-core CPU (compile included)
+    python benchmarks/compile_probe.py              # about 15 minutes on a 2-core CPU (compiles included)
+    python benchmarks/compile_probe.py --no-frozen  # about 2 minutes (the block variants only)
 """
 
 from __future__ import annotations
@@ -82,6 +93,54 @@ def block_forward(lean, pre, post, k_cache, v_cache, ids, start):
     return F.linear(F.rms_norm(x, (lean.hidden,), lean.norm, lean.eps), lean.lm_head.weight)  # [1, n, V]
 
 
+class FrozenForward(torch.nn.Module):
+    """``LeanLlama.forward`` for batch 1 as one module with the weights as parameters (copies), for inductor's
+    freezing: ``forward(ids [1, n], k_cache, v_cache [layers, 1, kv_heads, C, D], positions [n]) -> logits
+    [1, n, V]``, keys and values written at ``positions`` (a tensor, so one graph per width serves every step),
+    attention over all C slots, a key visible when its slot is at or before the query's position."""
+
+    def __init__(self, lean) -> None:
+        super().__init__()
+        frozen = lambda t: torch.nn.Parameter(t.detach().clone(), requires_grad=False)  # noqa: E731
+        layers = lean.layers
+        self.wqkv = torch.nn.ParameterList([frozen(la.qkv.weight) for la in layers])
+        self.wo = torch.nn.ParameterList([frozen(la.o.weight) for la in layers])
+        self.wgu = torch.nn.ParameterList([frozen(la.gate_up.weight) for la in layers])
+        self.wdown = torch.nn.ParameterList([frozen(la.down.weight) for la in layers])
+        self.ln1 = torch.nn.ParameterList([frozen(la.ln1) for la in layers])
+        self.ln2 = torch.nn.ParameterList([frozen(la.ln2) for la in layers])
+        self.norm, self.embed, self.head = frozen(lean.norm), frozen(lean.embed), frozen(lean.lm_head.weight)
+        self.register_buffer("cos", lean.cos.clone())  # [S, D]
+        self.register_buffer("sin", lean.sin.clone())
+        self.nh, self.nkv, self.d, self.hidden, self.inter, self.eps = (lean.heads, lean.kv_heads, lean.head_dim,
+                                                                        lean.hidden, lean.inter, lean.eps)
+
+    def forward(self, ids: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, positions: torch.Tensor):
+        n, nh, nkv, d = ids.shape[1], self.nh, self.nkv, self.d
+        g, half, slots = nh // nkv, d // 2, k_cache.shape[3]
+        x = F.embedding(ids, self.embed)  # [1, n, H]
+        cos, sin = self.cos.index_select(0, positions)[:, None], self.sin.index_select(0, positions)[:, None]  # [n, 1, D]
+        mask = torch.arange(slots, device=ids.device)[None, :] <= positions[:, None]  # [n, C]
+        mask = mask[None, None, None].expand(1, 1, g, n, slots).reshape(1, 1, g * n, slots)  # rows (group, token)
+        for i in range(len(self.wqkv)):
+            h = F.rms_norm(x, (self.hidden,), self.ln1[i], self.eps)
+            qkv = F.linear(h, self.wqkv[i]).view(1, n, nh + 2 * nkv, d)  # [1, n, nh + 2 nkv, D]
+            qk = qkv[:, :, : nh + nkv]
+            qk = qk * cos + torch.cat((qk[..., half:], qk[..., :half]), dim=-1) * sin  # RoPE
+            k_cache[i].index_copy_(2, positions, qk[:, :, nh:].transpose(1, 2))  # [1, nkv, n, D] at the positions
+            v_cache[i].index_copy_(2, positions, qkv[:, :, nh + nkv:].transpose(1, 2))
+            q = qk[:, :, :nh].reshape(1, n, nkv, g, d).permute(0, 2, 3, 1, 4).reshape(1, nkv, g * n, d)
+            att = F.scaled_dot_product_attention(q, k_cache[i], v_cache[i], attn_mask=mask)  # [1, nkv, g n, D]
+            att = att.view(1, nkv, g, n, d).permute(0, 3, 1, 2, 4).reshape(1, n, nh * d)  # [1, n, H]
+            x = x + F.linear(att, self.wo[i])
+            gu = F.linear(F.rms_norm(x, (self.hidden,), self.ln2[i], self.eps), self.wgu[i])  # [1, n, 2 I]
+            x = x + F.linear(F.silu(gu[..., : self.inter]) * gu[..., self.inter:], self.wdown[i])
+        return F.linear(F.rms_norm(x, (self.hidden,), self.norm, self.eps), self.head)  # [1, n, V]
+
+
+FROZEN_OPTIONS = {"freezing": True, "max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN", "cpp_wrapper": True}
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         a, ns, compiler = _args(argv)
@@ -98,6 +157,7 @@ def _args(argv):
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--force", action="store_true", help="replace an existing results file")
+    ap.add_argument("--no-frozen", action="store_true", help="leave out the frozen, autotuned whole forward")
     a = ap.parse_args(argv)
     try:
         ns = sorted({int(x) for x in a.widths.split(",") if x.strip()})
@@ -147,33 +207,53 @@ def _run(a, ns: list[int], compiler: str) -> int:
         ref, _ = lean.forward(new, cache, cache.plan(max(ns)))  # [1, n_max, V]
         cache.set_lengths([CONTEXT])
         diffs = {}
-        for name, (f, g) in variants.items():
-            diffs[name] = float((block_forward(lean, f, g, kc, vc, new, CONTEXT) - ref).abs().max())
-        times: dict[str, dict[int, list[float]]] = {v: {n: [] for n in ns} for v in ("lean", *variants)}
+        runs = {name: (lambda n, f=f, g=g: block_forward(lean, f, g, kc, vc, new[:, :n], CONTEXT))
+                for name, (f, g) in variants.items()}
+        compile_frozen_s = None
+        if not a.no_frozen:
+            frozen, fk, fv = FrozenForward(lean).eval(), kc.clone(), vc.clone()
+            dynamo = torch._dynamo.config
+            setattr(dynamo, "recompile_limit" if hasattr(dynamo, "recompile_limit") else "cache_size_limit", 64)
+            frozen_c = torch.compile(frozen, dynamic=False)
+            at = lambda n: torch.arange(CONTEXT, CONTEXT + n)  # noqa: E731
+            t0 = time.perf_counter()
+            with torch._inductor.config.patch(FROZEN_OPTIONS):  # passed as torch.compile(options=), no GEMM was autotuned
+                for n in ns:  # one compile per width
+                    frozen_c(new[:, :n], fk, fv, at(n))
+            compile_frozen_s = time.perf_counter() - t0
+            runs["frozen-autotuned"] = lambda n: frozen_c(new[:, :n], fk, fv, at(n))
+        for name, f in runs.items():
+            diffs[name] = float((f(max(ns)) - ref).abs().max())
+        times: dict[str, dict[int, list[float]]] = {v: {n: [] for n in ns} for v in ("lean", *runs)}
         for r in range(a.rounds + 1):  # round 0 warms up
             for n, ts in lean_verify_curve(lean, ns, CONTEXT, warmup=False).items():
                 times["lean"][n] += [t * 1e3 for t in ts] if r else []
-            for name, (f, g) in variants.items():
+            for name, f in runs.items():
                 for n in ns:
                     t = time.perf_counter()
-                    block_forward(lean, f, g, kc, vc, new[:, :n], CONTEXT)
+                    f(n)
                     if r:
                         times[name][n].append((time.perf_counter() - t) * 1e3)
     med = {v: {n: round(statistics.median(ts), 2) for n, ts in d.items()} for v, d in times.items()}
     for v, d in med.items():
         print(f"{v:16s} " + "  ".join(f"T({n}) {ms:6.1f}" for n, ms in d.items()) + " ms")
-    print(f"compile: {compile_s:.1f} s for {len(ns)} widths; max |logit - lean| {diffs}")
+    print(f"compile: {compile_s:.1f} s for {len(ns)} widths (blocks), "
+          f"{compile_frozen_s if compile_frozen_s is None else round(compile_frozen_s, 1)} s (frozen-autotuned); "
+          f"max |logit - lean| {diffs}")
     result = {
         "what": "one forward over n new tokens (batch 1, 128-token cache), ms, median of interleaved rounds: the lean "
-                "forward as tuned, its layer arithmetic eager, and the same under torch.compile (inductor)",
+                "forward as tuned, its layer arithmetic eager, the same under torch.compile (inductor), and the whole "
+                "forward compiled with frozen weights and autotuned GEMMs",
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), "machine": machine_info(),
         "compiler": compiler, "rounds": a.rounds, "lean_dispatch": tuned,
         "ms": med, "compile_s": round(compile_s, 1),
-        "compile_note": "wall time of the first compiled forward per width, with an empty inductor cache (cold)",
+        "compile_frozen_s": None if compile_frozen_s is None else round(compile_frozen_s, 1),
+        "frozen_options": None if a.no_frozen else FROZEN_OPTIONS,
+        "compile_note": "wall time of the first compiled forward per width, with an empty inductor cache (cold); "
+                        "frozen-autotuned: all its widths, autotuning included",
         "max_abs_logit_diff_vs_lean": diffs,
         "speedup_compiled_over_eager": {n: round(med["blocks-eager"][n] / med["blocks-compiled"][n], 3) for n in ns},
-        "fastest_over_lean": {n: round(med["lean"][n] / min(med["blocks-compiled"][n], med["blocks-eager"][n]), 3)
-                              for n in ns},
+        "fastest_over_lean": {n: round(med["lean"][n] / min(med[v][n] for v in runs), 3) for n in ns},
     }
     write_results(result, a.out)
     print(f"wrote {a.out}")

@@ -50,3 +50,30 @@ def test_block_forward_equals_the_lean_forward():
             cache.set_lengths([9])
             got = mod.block_forward(lean, pre, post, kc, vc, new[:, :n], 9)  # [1, n, V]
             assert torch.allclose(got, ref, atol=1e-5, rtol=1e-5), (n, (got - ref).abs().max())
+
+
+def test_frozen_forward_equals_the_lean_forward():
+    """The module compiled with frozen weights computes the lean forward (eagerly here): same logits, and the keys and
+    values it writes at the given positions are the lean cache's."""
+    from specdec_lesson.lean.model import lean_model
+    from specdec_lesson.models import tiny_llama
+
+    spec = importlib.util.spec_from_file_location("compile_probe", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    lean = lean_model(tiny_llama(seed=0))
+    frozen = mod.FrozenForward(lean).eval()
+    gen = torch.Generator().manual_seed(1)
+    prompt = torch.randint(0, lean.embed.shape[0], (1, 9), generator=gen)  # [1, 9]
+    new = torch.randint(0, lean.embed.shape[0], (1, 4), generator=gen)  # [1, 4]
+    with torch.inference_mode():
+        cache = lean.new_cache(1, 16)
+        lean.forward(prompt, cache, cache.plan(9))
+        kc, vc = cache.k.clone(), cache.v.clone()
+        for n in (1, 4):
+            ref, _ = lean.forward(new[:, :n], cache, cache.plan(n))  # [1, n, V]
+            got = frozen(new[:, :n], kc, vc, torch.arange(9, 9 + n))  # [1, n, V]
+            assert torch.allclose(got, ref, atol=1e-5, rtol=1e-5), (n, (got - ref).abs().max())
+            assert torch.allclose(kc[:, :, :, : 9 + n], cache.k[:, :, :, : 9 + n], atol=1e-6)
+            assert torch.allclose(vc[:, :, :, : 9 + n], cache.v[:, :, :, : 9 + n], atol=1e-6)
+            cache.set_lengths([9])

@@ -200,8 +200,8 @@ def _tune(target, device: str, notes: list[str]) -> dict | None:
     where = f"plain weights up to {r} rows, pre-packed beyond" if r else "pre-packed weights at every width"
     fwd = "the lean forward (specdec_lesson.lean)" if d["forward"] == "lean" else "Hugging Face's forward"
     notes.append(f"fastest plain decoding: our methods, ar included, run {fwd}; its one-token forward took {t1[0]:.1f} ms "
-                 f"plain, {t1[1]:.1f} ms pre-packed on this machine (the fastest of 3 interleaved rounds, 12 when they "
-                 f"disagreed), so it runs {where} "
+                 f"plain, {t1[1]:.1f} ms pre-packed on this machine (the fastest of 3 interleaved rounds"
+                 f"{', 12 when they disagreed' if d['forward'] == 'lean' else ''}), so it runs {where} "
                  "(lean.path.tune_engine_dispatch)")
     if d["forward"] == "lean":
         h = d["hf"]
