@@ -28,22 +28,28 @@ def test_compile_probe_refuses_to_overwrite_without_force(tmp_path):
     assert proc.returncode == 2 and "--force" in proc.stderr and out.read_text() == "{}"
 
 
-def test_block_forward_equals_the_lean_forward():
+def _setup(seed: int):
+    """The script as a module, the tiny model's lean forward, a 9-token prompt in a 16-slot cache and 4 new tokens."""
     from specdec_lesson.lean.model import lean_model
     from specdec_lesson.models import tiny_llama
 
     spec = importlib.util.spec_from_file_location("compile_probe", SCRIPT)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    model = tiny_llama(seed=0)
-    lean = lean_model(model)
-    pre, post = mod.block_functions(lean)
-    gen = torch.Generator().manual_seed(0)
+    lean = lean_model(tiny_llama(seed=0))
+    gen = torch.Generator().manual_seed(seed)
     prompt = torch.randint(0, lean.embed.shape[0], (1, 9), generator=gen)  # [1, 9]
     new = torch.randint(0, lean.embed.shape[0], (1, 4), generator=gen)  # [1, 4]
     with torch.inference_mode():
         cache = lean.new_cache(1, 16)
         lean.forward(prompt, cache, cache.plan(9))
+    return mod, lean, cache, new
+
+
+def test_block_forward_equals_the_lean_forward():
+    mod, lean, cache, new = _setup(0)
+    pre, post = mod.block_functions(lean)
+    with torch.inference_mode():
         kc, vc = cache.k.clone(), cache.v.clone()
         for n in (1, 4):
             ref, _ = lean.forward(new[:, :n], cache, cache.plan(n))  # [1, n, V]
@@ -55,20 +61,9 @@ def test_block_forward_equals_the_lean_forward():
 def test_frozen_forward_equals_the_lean_forward():
     """The module compiled with frozen weights computes the lean forward (eagerly here): same logits, and the keys and
     values it writes at the given positions are the lean cache's."""
-    from specdec_lesson.lean.model import lean_model
-    from specdec_lesson.models import tiny_llama
-
-    spec = importlib.util.spec_from_file_location("compile_probe", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    lean = lean_model(tiny_llama(seed=0))
+    mod, lean, cache, new = _setup(1)
     frozen = mod.FrozenForward(lean).eval()
-    gen = torch.Generator().manual_seed(1)
-    prompt = torch.randint(0, lean.embed.shape[0], (1, 9), generator=gen)  # [1, 9]
-    new = torch.randint(0, lean.embed.shape[0], (1, 4), generator=gen)  # [1, 4]
     with torch.inference_mode():
-        cache = lean.new_cache(1, 16)
-        lean.forward(prompt, cache, cache.plan(9))
         kc, vc = cache.k.clone(), cache.v.clone()
         for n in (1, 4):
             ref, _ = lean.forward(new[:, :n], cache, cache.plan(n))  # [1, n, V]
