@@ -290,6 +290,44 @@ def test_measure_step_costs_on_tiny_models():
     assert costs.plain_step >= costs.verify[0]  # a whole plain step of the loop: never below the forward it runs
 
 
+def test_measure_step_costs_keeps_each_runs_fastest_round(monkeypatch):
+    """Two interleaved rounds of the timed runs, the first slowed 3x by a neighbour: every cost is the fast round's."""
+    from types import SimpleNamespace
+
+    import specdec_lesson.speculative as S
+
+    round_of = {"n": 0}
+
+    def stats(draft, verify, other, steps):
+        f = 3.0 if round_of["n"] < 4 else 1.0  # the first round (4 timed runs) slowed
+        return SimpleNamespace(time_draft=draft * f, time_verify=verify * f, time_other=other * f, row_steps=steps)
+
+    def ar(target, ids, n, **kw):
+        if n == 4:
+            return None, None  # warm-up
+        out = stats(0.0, 0.010 * 8, 0.001 * 8, 8)
+        round_of["n"] += 1
+        return None, out
+
+    def spec(target, model, ids, n, k, **kw):
+        if n == 4:
+            return None, None
+        drafted = 0.0 if type(model).__name__ == "_NoDrafts" else (0.002 + 0.001 * (k - 1)) * 8
+        out = stats(drafted, 0.011 * 8, 0.0015 * 8, 8)
+        round_of["n"] += 1
+        return None, out
+
+    monkeypatch.setattr(S, "autoregressive_generate", ar)
+    monkeypatch.setattr(S, "speculative_generate", spec)
+    target = tiny_llama(vocab_size=64, seed=0, dtype=torch.float32)
+    target.dispatch_profile = {"best_ms": {1: 10.0, 2: 11.0, 3: 12.0, 4: 13.0}}
+    costs = measure_step_costs(target, _eagle(target, dtype=torch.float32, n_sub=40), torch.tensor([PROMPTS[0]]), 3,
+                               tokens=8)
+    assert round_of["n"] == 8  # 2 rounds of ar, plain steps, K = 1 and K = 3
+    assert costs.draft_first == pytest.approx(0.002) and costs.draft_next == pytest.approx(0.001)
+    assert costs.overhead == pytest.approx(0.0005) and costs.plain_step == pytest.approx(0.0125)
+
+
 def test_measured_factors_start_from_a_whole_plain_step():
     """Every step is timed start to start, the engine's loop included: plain steps' measured factor starts from a
     plain step timed the same way over the bare forward (``StepCosts.plain_step / T(1)``), not from 1, which would

@@ -274,34 +274,47 @@ class _NoDrafts(Drafter):
 
 
 def measure_step_costs(target, model: Drafter, ids: torch.Tensor, k_max: int, *, tokens: int = 16,
-                       max_width: int | None = None) -> StepCosts:
+                       max_width: int | None = None, rounds: int = 2) -> StepCosts:
     """:class:`StepCosts` measured on this machine in a few seconds: T(n) for n = 1..``max_width`` (default
     k_max + 1; the load-time dispatch probe's, ``target.dispatch_profile``, when it covers them, else
     ``lean.path.engine_verify_curve``: the forward the engines run), the draft's a and b from ``tokens``-token
     runs of ``model`` (a Drafter, or a causal LM) at K = 1 and K = k_max on ``ids`` [1, L] (seconds drafting per
     step), the overhead from the same runs' other time per step over a plain run's, and catch_up = b (one draft
-    forward, whatever its width)."""
+    forward, whatever its width).  Every run is repeated ``rounds`` times, interleaved, and each per-step time is
+    the fastest round's (``profiling.probe_cost``: another process on the cores only ever adds time)."""
     from ..lean.path import engine_verify_curve
+    from ..profiling import probe_cost
     from ..speculative import autoregressive_generate, speculative_generate
 
     widths = list(range(1, max(max_width or k_max + 1, 2) + 1))
     d = getattr(target, "dispatch_profile", None)
     best = {int(n): ms / 1e3 for n, ms in (d.get("best_ms") or {}).items()} if d else {}
     curve = best if all(n in best for n in widths) else engine_verify_curve(target, widths, context=128, repeats=3)
-    autoregressive_generate(target, ids, 4)  # warm-up
-    _, ar = autoregressive_generate(target, ids, tokens)
-    speculative_generate(target, _NoDrafts(), ids, 4, k=1)  # warm-up
-    _, st = speculative_generate(target, _NoDrafts(), ids, tokens, k=1)  # plain steps in the speculative loop
-    plain_step = (st.time_draft + st.time_verify + st.time_other) / max(st.row_steps, 1)
-    per_step = {}
-    for k in sorted({1, k_max}):
-        speculative_generate(target, model, ids, 4, k=k)  # warm-up
-        _, st = speculative_generate(target, model, ids, tokens, k=k)
-        steps = max(st.row_steps, 1)
-        per_step[k] = (st.time_draft / steps, st.time_other / steps)
+    ks = sorted({1, k_max})
+    ar_other, plain_steps = [], []
+    drafting: dict[int, list[float]] = {k: [] for k in ks}
+    other: dict[int, list[float]] = {k: [] for k in ks}
+    for r in range(max(int(rounds), 1)):
+        if r == 0:
+            autoregressive_generate(target, ids, 4)  # warm-up
+        _, ar = autoregressive_generate(target, ids, tokens)
+        ar_other.append(ar.time_other / max(ar.row_steps, 1))
+        if r == 0:
+            speculative_generate(target, _NoDrafts(), ids, 4, k=1)  # warm-up
+        _, st = speculative_generate(target, _NoDrafts(), ids, tokens, k=1)  # plain steps in the speculative loop
+        plain_steps.append((st.time_draft + st.time_verify + st.time_other) / max(st.row_steps, 1))
+        for k in ks:
+            if r == 0:
+                speculative_generate(target, model, ids, 4, k=k)  # warm-up
+            _, st = speculative_generate(target, model, ids, tokens, k=k)
+            steps = max(st.row_steps, 1)
+            drafting[k].append(st.time_draft / steps)
+            other[k].append(st.time_other / steps)
+    plain_step = probe_cost(plain_steps)
+    per_step = {k: (probe_cost(drafting[k]), probe_cost(other[k])) for k in ks}
     a = max(per_step[1][0], 0.0)
     b = max((per_step[k_max][0] - a) / (k_max - 1), 0.0) if k_max > 1 else a
-    overhead = max(0.0, min(o for _, o in per_step.values()) - ar.time_other / max(ar.row_steps, 1))
+    overhead = max(0.0, min(o for _, o in per_step.values()) - probe_cost(ar_other))
     # as measured at each width, not forced non-decreasing: a form's curve can dip (plain weights: a slow GEMM for
     # 2-3 rows, a faster one from 4), and the engine pays what the width it runs costs; but never below T(1): a
     # wider forward reads the same weights, and a dip under T(1) is the probe's noise
