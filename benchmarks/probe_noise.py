@@ -1,6 +1,6 @@
 """How a neighbour on the cores misleads the cost model's probe of T(n), read three ways from the same rounds.
 
-    python benchmarks/probe_noise.py            # ~6 min on 2 cores: benchmarks/results/probe_noise_<cpu>.json
+    python benchmarks/probe_noise.py            # ~7 min on 2 cores: benchmarks/results/probe_noise_<cpu>.json
     python benchmarks/probe_noise.py --quick    # seconds: tiny counts, to check the script
 
 The adaptive policies (``drafters.adaptive``, ``tree.adaptive``) size each step on T(n), one forward of the target over
@@ -76,15 +76,17 @@ def rate(curve: dict[int, float], alpha: float, n: int) -> float:
     return (1 + sum(alpha ** d for d in range(1, n + 1))) / curve[1 + n]
 
 
-def readings(rounds: dict[int, list[float]], first: int) -> dict[str, dict[int, float]]:
-    """The curve that each reading takes from one probe's ``rounds`` (``first`` of them the probe's first)."""
+def readings(rounds: dict[int, list[float]], first: int) -> tuple[dict[str, dict[int, float]], bool]:
+    """The curve that each reading takes from one probe's ``rounds`` (``first`` of them the probe's first), and
+    whether the probe as it now runs took the later rounds too (``profiling.needs_more_rounds``)."""
     from specdec_lesson.profiling import needs_more_rounds
 
     head = {n: ts[:first] for n, ts in rounds.items()}
-    used = rounds if needs_more_rounds(head) else head
+    extended = needs_more_rounds(head) is not None
+    used = rounds if extended else head
     return {"median_first": {n: statistics.median(ts) for n, ts in head.items()},
             "fastest_first": {n: min(ts) for n, ts in head.items()},
-            "probe": {n: min(ts) for n, ts in used.items()}}
+            "probe": {n: min(ts) for n, ts in used.items()}}, extended
 
 
 def summarise(probes: list[dict], reference: dict[int, float], first: int) -> dict:
@@ -93,12 +95,12 @@ def summarise(probes: list[dict], reference: dict[int, float], first: int) -> di
     out: dict = {}
     ref_n = {s: choice(reference, a) for s, a in ALPHA.items()}
     for cond in sorted({p["condition"] for p in probes}):
-        mine = [p for p in probes if p["condition"] == cond]
+        read = [readings(p["rounds_ms"], first) for p in probes if p["condition"] == cond]
         for reading in ("median_first", "fastest_first", "probe"):
-            curves = [readings(p["rounds_ms"], first)[reading] for p in mine]
+            curves = [curves_of[reading] for curves_of, _ in read]
             row: dict = {"probes": len(curves), "T1_ms": _spread([c[1] for c in curves])}
             if reading == "probe":
-                row["probes_extended"] = sum(_extended(p["rounds_ms"], first) for p in mine)
+                row["probes_extended"] = sum(extended for _, extended in read)
             for n in (4, 9, 17):
                 row[f"T{n}_over_T1"] = _spread([c[n] / c[1] for c in curves])
             row["reads_T4_at_or_below_T1"] = sum(c[4] <= c[1] for c in curves)
@@ -110,12 +112,6 @@ def summarise(probes: list[dict], reference: dict[int, float], first: int) -> di
             out[f"{cond}/{reading}"] = row
     out["reference_choice"] = ref_n
     return out
-
-
-def _extended(rounds: dict[int, list[float]], first: int) -> bool:
-    from specdec_lesson.profiling import needs_more_rounds
-
-    return needs_more_rounds({n: ts[:first] for n, ts in rounds.items()}) is not None
 
 
 def _spread(xs: list[float]) -> dict:

@@ -7,9 +7,10 @@ read once per forward whatever n is), so the roofline of a decode step is
 up.  These functions measure the three numbers the course's roofline and latency simulator use.
 
 Conventions: bandwidth and FLOP/s are the BEST of ``repeats`` timed runs (what the machine can
-do, as STREAM reports it); the verify curve is the MEDIAN (what a decoding loop sees).  Warm-up
-runs are never timed.  Timings on a shared machine are noisy: rerun on a quiet one before
-quoting them.
+do, as STREAM reports it); the verify curve a benchmark reports is the MEDIAN (what a decoding loop
+sees), while the probes that feed the cost model keep each width's FASTEST round (:func:`probe_cost`:
+another process on the cores only ever adds time).  Warm-up runs are never timed.  Timings on a shared
+machine are noisy: rerun on a quiet one before quoting them.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import torch
 __all__ = [
     "crop_to", "measure_bandwidth", "measure_matmul_flops", "measure_verify_curve", "measure_framework_overhead", "wall_ms",
     "count_parameters", "tune_dispatch", "noisy_probe_note", "probe_cost", "relative_spread", "needs_more_rounds",
+    "verify_curve_rounds",
 ]
 
 
@@ -162,27 +164,18 @@ def needs_more_rounds(times: dict[int, list[float]]) -> str | None:
     return None
 
 
-def measure_verify_curve(
-    model, n_max: int = 16, context: int = 128, repeats: int = 5, ns: Iterable[int] | None = None,
-    stat: str = "median",
-) -> dict[int, float]:
-    """Median (``stat="fastest"``: :func:`probe_cost`, the fastest) seconds of ONE forward of ``model`` over n new
-    tokens after a ``context``-token KV cache.
-
-    Returns ``{n: seconds}`` for n in ``ns`` (default 1..n_max).  The context is ``context`` fixed
-    pseudo-random token ids (seed 0) prefilled once into a ``DynamicCache``; after every call the
-    cache is cropped back to ``context`` tokens so each call sees the same cache.  All logits of the
-    n positions are computed (as a verify step needs them).  Every n gets one untimed warm-up call;
-    the timed calls are interleaved across n (``repeats`` rounds over all n), so load drift on a
-    shared machine spreads evenly over the curve.  Runs under ``torch.inference_mode``."""
+def verify_curve_rounds(model, ns: Iterable[int], context: int = 128, rounds: int = 1) -> dict[int, list[float]]:
+    """Seconds of ONE forward of ``model`` (Hugging Face's) over n new tokens after a ``context``-token KV cache,
+    ``{n: [seconds per round]}`` for n in ``ns``.  The context is ``context`` fixed pseudo-random token ids (seed 0)
+    prefilled once into a ``DynamicCache``; after every call the cache is cropped back to ``context`` tokens so each
+    call sees the same cache.  All logits of the n positions are computed (as a verify step needs them).  Every n
+    gets one untimed warm-up call; the timed calls are interleaved across n (``rounds`` rounds over all n), so load
+    drift on a shared machine spreads evenly over the curve.  Runs under ``torch.inference_mode``."""
     from transformers import DynamicCache
 
-    _check_positive_int("n_max", n_max)
     _check_positive_int("context", context)
-    _check_positive_int("repeats", repeats)
-    if stat not in ("median", "fastest"):
-        raise ValueError(f"stat must be 'median' or 'fastest', got {stat!r}")
-    ns = list(range(1, n_max + 1)) if ns is None else [int(n) for n in ns]
+    _check_positive_int("rounds", rounds)
+    ns = [int(n) for n in ns]
     if not ns or any(n < 1 for n in ns):
         raise ValueError(f"ns must be a non-empty list of positive token counts, got {ns!r}")
     param = next(model.parameters())
@@ -198,7 +191,7 @@ def measure_verify_curve(
         for n in ns:  # warm-up, untimed
             _forward(model, new[:, :n], cache, context)
             crop_to(cache, context)
-        for _ in range(repeats):
+        for _ in range(rounds):
             for n in ns:
                 sync()
                 t0 = time.perf_counter()
@@ -206,8 +199,19 @@ def measure_verify_curve(
                 sync()
                 times[n].append(time.perf_counter() - t0)
                 crop_to(cache, context)
-    reduce = statistics.median if stat == "median" else probe_cost
-    return {n: reduce(ts) for n, ts in times.items()}
+    return times
+
+
+def measure_verify_curve(
+    model, n_max: int = 16, context: int = 128, repeats: int = 5, ns: Iterable[int] | None = None
+) -> dict[int, float]:
+    """Median seconds of ONE forward of ``model`` over n new tokens after a ``context``-token KV cache, ``{n:
+    seconds}`` for n in ``ns`` (default 1..n_max), over ``repeats`` interleaved rounds (:func:`verify_curve_rounds`)."""
+    _check_positive_int("n_max", n_max)
+    _check_positive_int("repeats", repeats)
+    ns = list(range(1, n_max + 1)) if ns is None else [int(n) for n in ns]
+    times = verify_curve_rounds(model, ns, context, repeats)
+    return {n: statistics.median(ts) for n, ts in times.items()}
 
 
 def measure_framework_overhead(

@@ -37,9 +37,9 @@ def test_engine_verify_curve_times_the_engines_forward(monkeypatch, default):
     import specdec_lesson.lean.path as P
     import specdec_lesson.profiling as prof
 
-    real_lean, real_hf = P.lean_verify_curve, prof.measure_verify_curve
+    real_lean, real_hf = P.lean_verify_curve, prof.verify_curve_rounds
     monkeypatch.setattr(P, "lean_verify_curve", lambda *a, **k: calls.append("lean") or real_lean(*a, **k))
-    monkeypatch.setattr(prof, "measure_verify_curve", lambda *a, **k: calls.append("hf") or real_hf(*a, **k))
+    monkeypatch.setattr(prof, "verify_curve_rounds", lambda *a, **k: calls.append("hf") or real_hf(*a, **k))
     curve = engine_verify_curve(_tiny(), [1, 2, 3], context=8, repeats=2)
     assert sorted(curve) == [1, 2, 3] and all(t > 0 for t in curve.values())
     assert set(calls) == {"lean" if default else "hf"}  # more rounds when the tiny model's timings disagree
@@ -75,29 +75,28 @@ def test_engine_verify_curve_reports_the_fastest_round(monkeypatch, default, fir
         assert rounds == len(src[1])
         return {n: src[n] for n in ns}
 
-    rounds = iter([{n: r[n][i] for n in r} for r in (first, later) for i in range(len(r[1]))])
-
-    def hf(model, context, repeats, ns):  # one round per call
-        assert repeats == 1
-        asked.append(1)
-        return next(rounds)
+    def hf(model, ns, context, rounds):  # the first batch of rounds, then the later one
+        src = later if asked else first
+        asked.append(rounds)
+        assert rounds == len(src[1])
+        return {n: src[n] for n in ns}
 
     monkeypatch.setattr(P, "lean_verify_curve", lean)
-    monkeypatch.setattr(prof, "measure_verify_curve", hf)
+    monkeypatch.setattr(prof, "verify_curve_rounds", hf)
     max_repeats = 3 + len(later[1])
     assert engine_verify_curve(_tiny(), [1, 2, 4], repeats=3, max_repeats=max_repeats) == pytest.approx(want)
-    assert len(asked) == (calls if default else 3 * (calls == 1) + max_repeats * (calls == 2))
+    assert len(asked) == calls
 
 
-def test_measure_verify_curve_fastest_is_the_fastest_round():
-    from specdec_lesson.profiling import measure_verify_curve, probe_cost
+def test_verify_curve_rounds_and_probe_cost():
+    from specdec_lesson.profiling import measure_verify_curve, probe_cost, verify_curve_rounds
 
     assert probe_cost(_NOISY_ROUNDS[1]) == 0.010
-    model = _tiny()
-    fast = measure_verify_curve(model, context=8, repeats=3, ns=[1, 2], stat="fastest")
-    assert sorted(fast) == [1, 2] and all(t > 0 for t in fast.values())
-    with pytest.raises(ValueError, match="stat must be 'median' or 'fastest'"):
-        measure_verify_curve(model, context=8, repeats=1, ns=[1], stat="mean")
+    times = verify_curve_rounds(_tiny(), [1, 2], context=8, rounds=3)
+    assert sorted(times) == [1, 2] and all(len(ts) == 3 and min(ts) > 0 for ts in times.values())
+    with pytest.raises(ValueError, match="rounds must be a positive integer"):
+        verify_curve_rounds(_tiny(), [1], context=8, rounds=0)
+    assert sorted(measure_verify_curve(_tiny(), context=8, repeats=1, ns=[2, 1])) == [1, 2]
 
 
 def test_tune_engine_dispatch_reports_which_forward(monkeypatch):

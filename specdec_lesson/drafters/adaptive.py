@@ -294,18 +294,16 @@ def measure_step_costs(target, model: Drafter, ids: torch.Tensor, k_max: int, *,
     ar_other, plain_steps = [], []
     drafting: dict[int, list[float]] = {k: [] for k in ks}
     other: dict[int, list[float]] = {k: [] for k in ks}
-    for r in range(max(int(rounds), 1)):
-        if r == 0:
-            autoregressive_generate(target, ids, 4)  # warm-up
+    autoregressive_generate(target, ids, 4)  # warm-ups
+    speculative_generate(target, _NoDrafts(), ids, 4, k=1)
+    for k in ks:
+        speculative_generate(target, model, ids, 4, k=k)
+    for _ in range(max(int(rounds), 1)):
         _, ar = autoregressive_generate(target, ids, tokens)
         ar_other.append(ar.time_other / max(ar.row_steps, 1))
-        if r == 0:
-            speculative_generate(target, _NoDrafts(), ids, 4, k=1)  # warm-up
         _, st = speculative_generate(target, _NoDrafts(), ids, tokens, k=1)  # plain steps in the speculative loop
         plain_steps.append((st.time_draft + st.time_verify + st.time_other) / max(st.row_steps, 1))
         for k in ks:
-            if r == 0:
-                speculative_generate(target, model, ids, 4, k=k)  # warm-up
             _, st = speculative_generate(target, model, ids, tokens, k=k)
             steps = max(st.row_steps, 1)
             drafting[k].append(st.time_draft / steps)

@@ -52,7 +52,7 @@ def engine_verify_curve(model: torch.nn.Module, ns: list[int], context: int = 12
     token (it reads the same weights and does more work: the one-token rounds were slowed): on a busy host the
     fastest of 3 rounds can still read a flat curve, and a flat curve makes every tree look free
     (``benchmarks/results/probe_noise_amd_f26_m2.json``): ``profiling.needs_more_rounds``."""
-    from ..profiling import _status, measure_verify_curve, needs_more_rounds, probe_cost
+    from ..profiling import _status, needs_more_rounds, probe_cost, verify_curve_rounds
 
     top = 4 * repeats if max_repeats is None else max(int(max_repeats), repeats)
     fast = uses_lean(model, lean)
@@ -60,16 +60,15 @@ def engine_verify_curve(model: torch.nn.Module, ns: list[int], context: int = 12
     def take(count: int, first: bool) -> dict[int, list[float]]:
         if fast:
             return lean_verify_curve(model, ns, context, rounds=count, warmup=first)
-        rounds = [measure_verify_curve(model, context=context, repeats=1, ns=ns) for _ in range(count)]
-        return {n: [r[n] for r in rounds] for n in ns}
+        return verify_curve_rounds(model, ns, context, count)
 
     times = take(repeats, True)
     why = needs_more_rounds(times)
     if why and top > repeats:
         _status(f"the verify-curve probe's {repeats} rounds {why}: taking {top - repeats} more and keeping each "
                 "width's fastest ...")
-        for n, ts in take(top - repeats, False).items():
-            times[n] += ts
+        more = take(top - repeats, False)
+        times = {n: ts + more[n] for n, ts in times.items()}
     return {n: probe_cost(ts) for n, ts in times.items()}
 
 
